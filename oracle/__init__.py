@@ -1,0 +1,1 @@
+"""Projection oracle: memory and throughput of a distributed LLM training config (never imports ray)."""

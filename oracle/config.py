@@ -1,0 +1,266 @@
+"""The configuration model: training config, cluster, and the run they make with a model card.
+
+Input files (YAML or JSON) have the sections ``model``, ``cluster`` and ``training``; see
+``TrainingConfig`` for every training key and its default. ``RunConfig.load`` parses a file,
+``RunConfig.from_dict`` a mapping; both reject unknown keys by name and run the legality checks
+of :func:`oracle.legality.check`, raising one InvalidConfigError that lists every problem.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from oracle.errors import InvalidConfigError, PrimusError
+from oracle.hardware import HardwareProfile, load_hardware
+from oracle.model_card import ModelCard, load_model
+from oracle.schema import from_dict, to_dict, unknown_key_problems
+from oracle.yamlio import load_mapping
+
+Schedule = Literal["auto", "1f1b", "interleaved", "zero_bubble", "zbv", "zbv_greedy", "v_half", "v_min", "ilp"]
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble", "zbv", "zbv_greedy", "v_half", "v_min", "ilp")
+VPP1_SCHEDULES = ("1f1b", "zero_bubble", "ilp")
+"""Schedules with one model chunk per rank."""
+V_SCHEDULES = ("zbv", "zbv_greedy", "v_half", "v_min")
+"""V-shape schedules: exactly two chunks per rank."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingConfig:
+    """Everything about how the model is trained; defaults are those of the ``training`` section."""
+
+    seq_len: int
+    """Sequence length in tokens."""
+    gbs: int
+    """Global batch in sequences."""
+    mbs: int = 1
+    """Micro-batch in sequences."""
+    tp: int = 1
+    """Tensor parallel degree."""
+    pp: int = 1
+    """Pipeline parallel degree."""
+    vpp: int = 1
+    """Virtual pipeline chunks per rank (interleaved / V schedules)."""
+    cp: int = 1
+    """Context parallel degree."""
+    ep: int = 1
+    """Expert parallel degree."""
+    etp: int = 1
+    """Expert tensor parallel degree."""
+    precision: Literal["bf16", "fp8"] = "bf16"
+    """GEMM precision (fp8 = FP8 GEMMs with BF16 weights and optimizer)."""
+    fp8_activations: bool = False
+    """Saved activations stored in FP8 (paper's B_act = 1)."""
+    pp_schedule: Schedule = "auto"
+    """Pipeline schedule; auto = 1f1b for vpp=1, interleaved for vpp>1."""
+    recompute: Literal["none", "selective", "full"] = "none"
+    """Activation recomputation granularity."""
+    recompute_num_layers: int | None = None
+    """With full: layers per pipeline chunk recomputed (None = all)."""
+    use_distributed_optimizer: bool = True
+    """ZeRO-1: optimizer state sharded over data-parallel ranks."""
+    fsdp: bool = False
+    """ZeRO-3 / FSDP2 over the data-parallel group (parameters, grads and state sharded)."""
+    sequence_parallel: bool | Literal["auto"] = "auto"
+    """Megatron sequence parallelism; auto = on when tp > 1."""
+    moe_a2a_backend: Literal["alltoall", "deepep"] = "alltoall"
+    """MoE token dispatcher."""
+    overlap_grad_reduce: bool = True
+    """Overlap the data-parallel gradient reduction with backward."""
+    overlap_param_gather: bool = True
+    """Overlap the distributed-optimizer / FSDP parameter all-gather with forward."""
+    moe_imbalance: float = 1.0
+    """Busiest-rank / mean expert load (paper Sec. 4.10); 1.0 = balanced."""
+    loss_fusion: bool = True
+    """Fused cross-entropy (no fp32 logits scratch)."""
+    first_stage_layers: int | None = None
+    """Decoder layers on the first pipeline stage (uneven split; overrides the card)."""
+    last_stage_layers: int | None = None
+    """Decoder layers on the last pipeline stage (uneven split; overrides the card)."""
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism actually in effect."""
+        return self.tp > 1 if self.sequence_parallel == "auto" else bool(self.sequence_parallel) and self.tp > 1
+
+    @property
+    def schedule(self) -> str:
+        """The concrete schedule ('auto' resolved)."""
+        if self.pp_schedule != "auto":
+            return self.pp_schedule
+        return "interleaved" if self.vpp > 1 else "1f1b"
+
+    def replace(self, **changes: Any) -> "TrainingConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """A homogeneous cluster: one hardware profile and a GPU count."""
+
+    hardware: HardwareProfile
+    """The part and its network."""
+    num_gpus: int
+    """Total GPUs in the job."""
+
+    @property
+    def num_nodes(self) -> float:
+        return self.num_gpus / self.hardware.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """A model, a cluster and a training config: the input of every projection."""
+
+    model: ModelCard
+    cluster: Cluster
+    training: TrainingConfig
+    model_ref: str = ""
+    """How the model was named in the input (card name or path)."""
+    hardware_ref: str = ""
+    """How the hardware was named in the input."""
+
+    # ------------------------------------------------------------------ parsing
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "config", check: bool = True) -> "RunConfig":
+        if not isinstance(data, dict):
+            raise InvalidConfigError(f"{where} must be a mapping with sections model, cluster, training; "
+                                     f"got a {type(data).__name__}")
+        problems = unknown_key_problems(data, ["model", "cluster", "training"], where)
+        for req in ("model", "cluster", "training"):
+            if req not in data:
+                problems.append(f"{where}: missing required section {req!r}")
+        if problems:
+            raise InvalidConfigError(problems)
+        model_ref = data["model"]
+        if not isinstance(model_ref, str):
+            if isinstance(model_ref, dict):
+                model = ModelCard.from_dict(model_ref, name=str(model_ref.get("name", "inline")))
+                model_ref = model.name
+            else:
+                raise InvalidConfigError(f"{where}.model must be a card name or a path, got {model_ref!r}")
+        else:
+            model = None
+        cl = data["cluster"]
+        if not isinstance(cl, dict):
+            raise InvalidConfigError(f"{where}.cluster must be a mapping with hardware and num_gpus "
+                                     f"(or num_nodes), got {type(cl).__name__}: {cl!r}")
+        problems += unknown_key_problems(cl, ["hardware", "num_gpus", "num_nodes"], f"{where}.cluster")
+        if "hardware" not in cl:
+            problems.append(f"{where}.cluster: missing required key 'hardware'")
+        if ("num_gpus" in cl) == ("num_nodes" in cl):
+            problems.append(f"{where}.cluster: give exactly one of num_gpus or num_nodes")
+        training = None
+        try:
+            training = from_dict(TrainingConfig, data["training"], f"{where}.training")
+        except InvalidConfigError as exc:
+            problems += exc.problems
+        hw = None
+        if "hardware" in cl:
+            if not isinstance(cl["hardware"], str):
+                problems.append(f"{where}.cluster.hardware must be a profile name or a path, got {cl['hardware']!r}")
+            else:
+                try:
+                    hw = load_hardware(cl["hardware"])
+                except PrimusError as exc:
+                    problems.append(str(exc))
+        if model is None:
+            try:
+                model = load_model(model_ref)
+            except PrimusError as exc:
+                problems.append(str(exc))
+        num_gpus = None
+        if hw is not None and ("num_gpus" in cl) != ("num_nodes" in cl):
+            key = "num_gpus" if "num_gpus" in cl else "num_nodes"
+            v = cl[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                problems.append(f"{where}.cluster.{key}={v!r} must be a positive integer")
+            else:
+                num_gpus = v if key == "num_gpus" else v * hw.gpus_per_node
+        if problems:
+            raise InvalidConfigError(problems)
+        run = cls(model=model, cluster=Cluster(hardware=hw, num_gpus=num_gpus),  # type: ignore[arg-type]
+                  training=training, model_ref=model_ref, hardware_ref=cl["hardware"])  # type: ignore[arg-type]
+        if check:
+            run.check()
+        return run
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None, *, check: bool = True) -> "RunConfig":
+        data = load_mapping(path, "config file")
+        data = apply_overrides(data, overrides or [])
+        return cls.from_dict(data, where="config", check=check)
+
+    def check(self) -> None:
+        """Raise InvalidConfigError listing every legality problem (no-op when legal)."""
+        from oracle.legality import check
+        probs = check(self)
+        if probs:
+            raise InvalidConfigError(probs)
+
+    # ------------------------------------------------------------------ views
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping that ``from_dict`` round-trips (model/hardware by reference)."""
+        t = to_dict(self.training)
+        return {"model": self.model_ref or self.model.name,
+                "cluster": {"hardware": self.hardware_ref or self.cluster.hardware.name,
+                            "num_gpus": self.cluster.num_gpus},
+                "training": t}
+
+    def key(self) -> str:
+        """Stable short name of this configuration (for ledgers and trial names)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    def with_training(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, training=self.training.replace(**changes))
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (``--set training.tp=8``) to a config mapping."""
+    out = copy.deepcopy(data)
+    problems = []
+    for ov in overrides:
+        if "=" not in ov:
+            problems.append(f"--set {ov!r}: expected KEY=VALUE such as training.tp=8")
+            continue
+        key, raw = ov.split("=", 1)
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            problems.append(f"--set {ov!r}: empty key")
+            continue
+        if len(parts) == 1 and parts[0] not in ("model", "cluster", "training"):
+            parts = ["training", parts[0]]  # bare keys are training keys
+        node = out
+        ok = True
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                problems.append(f"--set {ov!r}: {p!r} is not a section")
+                ok = False
+                break
+            node = nxt
+        if ok:
+            if parts[-1] == "num_gpus":
+                node.pop("num_nodes", None)
+            elif parts[-1] == "num_nodes":
+                node.pop("num_gpus", None)
+            node[parts[-1]] = _parse_scalar(raw.strip())
+    if problems:
+        raise InvalidConfigError(problems)
+    return out

@@ -1,0 +1,272 @@
+"""Hardware profiles: schema, units conversion and loading (human units in YAML, SI inside).
+
+A profile YAML (see ``hardware/h100-sxm.yaml``) has these sections::
+
+    name, vendor, arch, description
+    compute:   peak_tflops {bf16, fp16, fp8, fp32 ...} (dense), num_compute_units
+    memory:    hbm_capacity_gib, hbm_bandwidth_gb_per_s, runtime_reserved_gib
+    network:   gpus_per_node,
+               scale_up  {domain_size, bandwidth_gb_per_s, latency_us}   (per GPU, one direction)
+               scale_out {bandwidth_gb_per_s, latency_us}                 (NIC bandwidth per GPU)
+               inter_pod {pod_size, bandwidth_gb_per_s, latency_us}       (optional)
+    efficiency: NAME: {value: X, source: "where X came from"}   (every field of Efficiency)
+    sources:   free-form mapping of citations for the spec numbers
+
+GB means 10^9 bytes (bandwidths), GiB means 2^30 bytes (capacities).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hardware import PROFILE_DIR
+from oracle.errors import HardwareProfileError, InvalidConfigError, UnknownComponentError
+from oracle.schema import unknown_key_problems
+from oracle.yamlio import load_mapping
+
+GIB = 2**30
+GB = 1e9
+TFLOPS = 1e12
+US = 1e-6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Efficiency:
+    """Achievable fractions and overheads the simulate-mode models need (all dimensionless or SI).
+
+    Each value in the YAML carries a ``source`` saying where it came from (a measurement, a
+    vendor figure, or a fit over the validation set named there).
+    """
+
+    gemm_bf16: float
+    """Max achievable fraction of dense BF16 peak for large, well-shaped GEMMs under sustained load."""
+    gemm_fp8: float
+    """Same for FP8 GEMMs, as a fraction of the FP8 peak (includes per-tensor scaling overheads)."""
+    gemm_k_half: float
+    """Reduction length K (elements) at which GEMM efficiency drops to half (pipeline fill, epilogue)."""
+    attention_fwd: float
+    """Achievable fraction of BF16 peak of the flash-attention forward kernel on long sequences."""
+    attention_bwd: float
+    """Same for the flash-attention backward kernel."""
+    hbm: float
+    """Achievable fraction of HBM bandwidth for memory-bound elementwise kernels."""
+    scale_up_bus: float
+    """Achievable fraction of scale-up (NVLink/xGMI) per-GPU bandwidth for large collectives."""
+    scale_out_bus: float
+    """Achievable fraction of NIC bandwidth per GPU for large inter-node collectives."""
+    kernel_launch_s: float
+    """Fixed per-kernel launch/synchronisation cost in seconds."""
+    collective_launch_s: float
+    """Fixed per-collective software overhead in seconds (NCCL/RCCL launch, proxy setup)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareProfile:
+    """One accelerator part and the network it ships in, in SI units."""
+
+    name: str
+    """Profile key (file name without .yaml)."""
+    vendor: str
+    """'nvidia', 'amd' or 'cpu'."""
+    arch: str
+    """Architecture label, e.g. 'hopper', 'gfx950'."""
+    peak_flops_per_s: dict[str, float]
+    """Dense peak per dtype ('bf16', 'fp16', 'fp8', 'fp32', 'fp4'); a dtype absent = unsupported."""
+    num_compute_units: int
+    """SMs / CUs: the number of GEMM tiles that run concurrently in one wave (one per unit)."""
+    hbm_capacity_bytes: float
+    """Device memory capacity."""
+    hbm_bandwidth_bytes_per_s: float
+    """Peak device memory bandwidth."""
+    runtime_reserved_bytes: float
+    """Memory taken by the runtime, CUDA/HIP context and communicator buffers before any tensor."""
+    gpus_per_node: int
+    """GPUs per server (one host OS)."""
+    scale_up_domain_size: int
+    """GPUs sharing one scale-up fabric (8 for a DGX/MI node, 72 for NVL72)."""
+    scale_up_bandwidth_bytes_per_s: float
+    """Per-GPU, per-direction scale-up bandwidth."""
+    scale_up_latency_s: float
+    """Scale-up hop latency."""
+    scale_out_bandwidth_bytes_per_s: float
+    """Per-GPU, per-direction NIC bandwidth across scale-up domains."""
+    scale_out_latency_s: float
+    """Scale-out hop latency."""
+    pod_size: int | None
+    """GPUs per pod (leaf/spine tier) beyond which the inter-pod tier applies; None = one tier."""
+    inter_pod_bandwidth_bytes_per_s: float
+    """Per-GPU bandwidth across pods."""
+    inter_pod_latency_s: float
+    """Latency across pods."""
+    efficiency: Efficiency
+    """Achievable-efficiency parameters, each sourced in the YAML."""
+    efficiency_sources: dict[str, str] = field(default_factory=dict)
+    """Where each efficiency value came from (field name -> citation)."""
+    description: str = ""
+    """Free text."""
+    sources: dict[str, Any] = field(default_factory=dict)
+    """Citations for the spec numbers."""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; raises if the part has no such tensor-core path."""
+        try:
+            return self.peak_flops_per_s[dtype]
+        except KeyError:
+            raise InvalidConfigError(
+                f"hardware {self.name!r} has no {dtype} peak; supported: "
+                f"{', '.join(sorted(self.peak_flops_per_s))}") from None
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in self.peak_flops_per_s
+
+    @property
+    def memory_cap_bytes(self) -> float:
+        """Usable memory cap = (HBM - runtime reserve) x 0.9 (paper App. C.3)."""
+        return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * 0.9
+
+
+_TOP = ["name", "vendor", "arch", "description", "compute", "memory", "network", "efficiency", "sources"]
+_COMPUTE = ["peak_tflops", "num_compute_units"]
+_MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib"]
+_NETWORK = ["gpus_per_node", "scale_up", "scale_out", "inter_pod"]
+_LINK = ["domain_size", "pod_size", "bandwidth_gb_per_s", "latency_us"]
+
+
+def _section(data: dict, key: str, where: str, problems: list[str], required: bool = True) -> dict:
+    sec = data.get(key)
+    if sec is None:
+        if required:
+            problems.append(f"{where}: missing section {key!r}")
+        return {}
+    if not isinstance(sec, dict):
+        problems.append(f"{where}.{key} must be a mapping, got {type(sec).__name__}")
+        return {}
+    return sec
+
+
+def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool = True,
+         required: bool = True) -> float | None:
+    if key not in sec or sec[key] is None:
+        if required:
+            problems.append(f"{where}: missing {key!r}")
+        return None
+    v = sec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        problems.append(f"{where}.{key}={v!r} must be a number")
+        return None
+    if positive and v <= 0:
+        problems.append(f"{where}.{key}={v!r} must be > 0")
+        return None
+    if not positive and v < 0:
+        problems.append(f"{where}.{key}={v!r} must be >= 0")
+        return None
+    return float(v)
+
+
+def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None) -> HardwareProfile:
+    """Parse and validate a profile mapping (human units) into a :class:`HardwareProfile`."""
+    where = where or f"hardware profile {name!r}"
+    p: list[str] = unknown_key_problems(data, _TOP, where)
+    comp = _section(data, "compute", where, p)
+    mem = _section(data, "memory", where, p)
+    net = _section(data, "network", where, p)
+    eff = _section(data, "efficiency", where, p)
+    p += unknown_key_problems(comp, _COMPUTE, f"{where}.compute")
+    p += unknown_key_problems(mem, _MEMORY, f"{where}.memory")
+    p += unknown_key_problems(net, _NETWORK, f"{where}.network")
+    peaks_raw = comp.get("peak_tflops")
+    peaks: dict[str, float] = {}
+    if not isinstance(peaks_raw, dict) or not peaks_raw:
+        p.append(f"{where}.compute.peak_tflops must be a mapping like {{bf16: 989, fp8: 1979}}")
+    else:
+        for dt, v in peaks_raw.items():
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                p.append(f"{where}.compute.peak_tflops.{dt}={v!r} must be a positive number")
+            else:
+                peaks[str(dt)] = float(v) * TFLOPS
+        if "bf16" not in peaks:
+            p.append(f"{where}.compute.peak_tflops needs a bf16 entry")
+    ncu = _num(comp, "num_compute_units", f"{where}.compute", p)
+    cap = _num(mem, "hbm_capacity_gib", f"{where}.memory", p)
+    bw = _num(mem, "hbm_bandwidth_gb_per_s", f"{where}.memory", p)
+    reserve = _num(mem, "runtime_reserved_gib", f"{where}.memory", p, positive=False)
+    gpn = _num(net, "gpus_per_node", f"{where}.network", p)
+    links = {}
+    for link, req in (("scale_up", True), ("scale_out", True), ("inter_pod", False)):
+        sec = _section(net, link, f"{where}.network", p, required=req)
+        p += unknown_key_problems(sec, _LINK, f"{where}.network.{link}")
+        links[link] = sec
+    su, so, ip = links["scale_up"], links["scale_out"], links["inter_pod"]
+    su_size = _num(su, "domain_size", f"{where}.network.scale_up", p, required=False)
+    su_bw = _num(su, "bandwidth_gb_per_s", f"{where}.network.scale_up", p)
+    su_lat = _num(su, "latency_us", f"{where}.network.scale_up", p, positive=False)
+    so_bw = _num(so, "bandwidth_gb_per_s", f"{where}.network.scale_out", p)
+    so_lat = _num(so, "latency_us", f"{where}.network.scale_out", p, positive=False)
+    pod = _num(ip, "pod_size", f"{where}.network.inter_pod", p, required=False) if ip else None
+    ip_bw = _num(ip, "bandwidth_gb_per_s", f"{where}.network.inter_pod", p, required=bool(ip)) if ip else None
+    ip_lat = _num(ip, "latency_us", f"{where}.network.inter_pod", p, positive=False, required=bool(ip)) if ip else None
+
+    eff_names = [f.name for f in dataclasses.fields(Efficiency)]
+    p += unknown_key_problems(eff, eff_names, f"{where}.efficiency")
+    eff_vals: dict[str, float] = {}
+    eff_src: dict[str, str] = {}
+    for fname in eff_names:
+        entry = eff.get(fname)
+        if not isinstance(entry, dict) or "value" not in entry:
+            p.append(f"{where}.efficiency.{fname} must be {{value: X, source: '...'}}")
+            continue
+        src = entry.get("source")
+        if not isinstance(src, str) or not src.strip():
+            p.append(f"{where}.efficiency.{fname} needs a non-empty 'source' saying where the value came from")
+        v = entry["value"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            p.append(f"{where}.efficiency.{fname}.value={v!r} must be a number >= 0")
+            continue
+        eff_vals[fname] = float(v)
+        eff_src[fname] = str(src)
+    if p:
+        raise HardwareProfileError("\n".join(p))
+    gpn_i = int(gpn)  # type: ignore[arg-type]
+    return HardwareProfile(
+        name=str(data.get("name", name)), vendor=str(data.get("vendor", "")), arch=str(data.get("arch", "")),
+        peak_flops_per_s=peaks, num_compute_units=int(ncu),  # type: ignore[arg-type]
+        hbm_capacity_bytes=cap * GIB, hbm_bandwidth_bytes_per_s=bw * GB,  # type: ignore[operator]
+        runtime_reserved_bytes=reserve * GIB,  # type: ignore[operator]
+        gpus_per_node=gpn_i, scale_up_domain_size=int(su_size) if su_size else gpn_i,
+        scale_up_bandwidth_bytes_per_s=su_bw * GB, scale_up_latency_s=su_lat * US,  # type: ignore[operator]
+        scale_out_bandwidth_bytes_per_s=so_bw * GB, scale_out_latency_s=so_lat * US,  # type: ignore[operator]
+        pod_size=int(pod) if pod else None,
+        inter_pod_bandwidth_bytes_per_s=(ip_bw or so_bw) * GB,  # type: ignore[operator]
+        inter_pod_latency_s=(ip_lat if ip_lat is not None else so_lat) * US,  # type: ignore[operator]
+        efficiency=Efficiency(**eff_vals), efficiency_sources=eff_src,
+        description=str(data.get("description", "")), sources=dict(data.get("sources") or {}),
+    )
+
+
+def bundled_hardware() -> list[str]:
+    """Names of the bundled profiles."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+_CACHE: dict[str, HardwareProfile] = {}
+
+
+def load_hardware(name_or_path: str) -> HardwareProfile:
+    """A bundled profile by name, or a profile YAML by path."""
+    if name_or_path in _CACHE:
+        return _CACHE[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
+        data = load_mapping(path, "hardware profile")
+        prof = profile_from_dict(data, path.stem, where=f"hardware profile {str(path)!r}")
+    else:
+        bundled = PROFILE_DIR / f"{name_or_path}.yaml"
+        if not bundled.exists():
+            raise UnknownComponentError("hardware profile", name_or_path, bundled_hardware())
+        prof = profile_from_dict(load_mapping(bundled, "hardware profile"), name_or_path)
+    _CACHE[name_or_path] = prof
+    return prof

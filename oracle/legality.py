@@ -1,0 +1,95 @@
+"""Legality checks of a RunConfig: every problem found, one line each, naming the values."""
+from __future__ import annotations
+
+from oracle.config import SCHEDULES, V_SCHEDULES, VPP1_SCHEDULES, RunConfig
+from oracle.layout import stage_layer_counts
+
+
+def _divides(a: int, b: int) -> bool:
+    return a > 0 and b % a == 0
+
+
+def check(run: RunConfig) -> list[str]:
+    """Return the list of reasons ``run`` cannot be trained as configured (empty = legal)."""
+    t, m, n = run.training, run.model, run.cluster.num_gpus
+    hw = run.cluster.hardware
+    p: list[str] = []
+    for k in ("seq_len", "gbs", "mbs", "tp", "pp", "vpp", "cp", "ep", "etp"):
+        if getattr(t, k) < 1:
+            p.append(f"training.{k}={getattr(t, k)} must be >= 1")
+    if p:
+        return p
+    if t.moe_imbalance < 1.0:
+        p.append(f"training.moe_imbalance={t.moe_imbalance} must be >= 1.0 (busiest-rank / mean load)")
+    model_par = t.tp * t.pp * t.cp
+    if n % model_par:
+        p.append(f"tp*pp*cp = {t.tp}*{t.pp}*{t.cp} = {model_par} does not divide {n} GPUs")
+    dp = n // model_par if n % model_par == 0 else None
+    # attention heads
+    if m.num_attention_heads % t.tp:
+        p.append(f"num_attention_heads={m.num_attention_heads} of {m.name} is not divisible by tp={t.tp}")
+    if m.attention == "gqa" and m.kv_heads % t.tp and t.tp % m.kv_heads:
+        p.append(f"num_query_groups={m.kv_heads} of {m.name} and tp={t.tp}: one must divide the other")
+    # pipeline layer assignment
+    first = t.first_stage_layers if t.first_stage_layers is not None else m.first_stage_layers
+    last = t.last_stage_layers if t.last_stage_layers is not None else m.last_stage_layers
+    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last)
+    if isinstance(counts, str):
+        p.append(f"{m.name}: {counts}")
+    # schedule vs vpp
+    sched = t.schedule
+    if t.vpp > 1 and t.pp == 1:
+        p.append(f"vpp={t.vpp} needs pp > 1")
+    if sched in VPP1_SCHEDULES and t.vpp != 1:
+        p.append(f"pp_schedule={sched} runs one chunk per rank and needs vpp=1, got vpp={t.vpp}; "
+                 f"use interleaved or a V schedule ({', '.join(V_SCHEDULES)}) for vpp>1")
+    if sched in V_SCHEDULES and t.vpp != 2:
+        p.append(f"pp_schedule={sched} is a V-shape schedule and needs vpp=2, got vpp={t.vpp}")
+    if sched == "interleaved" and t.vpp < 2 and t.pp > 1:
+        p.append(f"pp_schedule=interleaved needs vpp >= 2, got vpp={t.vpp}")
+    if sched != "1f1b" and t.pp == 1 and t.pp_schedule != "auto":
+        p.append(f"pp_schedule={sched} needs pp > 1 (pp=1 has no pipeline); use auto or 1f1b")
+    assert sched in SCHEDULES
+    # MoE
+    if m.is_moe:
+        if m.num_experts % t.ep:
+            p.append(f"num_experts={m.num_experts} of {m.name} is not divisible by ep={t.ep}")
+        exp_par = t.pp * t.ep * t.etp
+        if n % exp_par:
+            p.append(f"pp*ep*etp = {t.pp}*{t.ep}*{t.etp} = {exp_par} does not divide {n} GPUs "
+                     f"(expert data parallel must be an integer)")
+        if m.expert_ffn % t.etp:
+            p.append(f"moe_ffn_hidden_size={m.expert_ffn} is not divisible by etp={t.etp}")
+    else:
+        if t.ep > 1:
+            p.append(f"ep={t.ep} needs a MoE model; {m.name} is dense (use ep=1)")
+        if t.etp > 1:
+            p.append(f"etp={t.etp} needs a MoE model; {m.name} is dense (use etp=1)")
+    # batch
+    if dp:
+        if t.gbs % (t.mbs * dp):
+            p.append(f"gbs={t.gbs} is not divisible by mbs*dp = {t.mbs}*{dp} = {t.mbs * dp}")
+    # sequence
+    if t.cp > 1 and t.seq_len % (2 * t.cp):
+        p.append(f"seq_len={t.seq_len} is not divisible by 2*cp = {2 * t.cp} (load-balanced context parallel)")
+    if t.sp and (t.seq_len // t.cp) % t.tp:
+        p.append(f"seq_len/cp = {t.seq_len // t.cp} is not divisible by tp={t.tp} (sequence parallel)")
+    # recompute
+    if t.recompute_num_layers is not None:
+        if t.recompute != "full":
+            p.append(f"recompute_num_layers={t.recompute_num_layers} only applies with recompute=full, "
+                     f"got recompute={t.recompute}")
+        elif t.recompute_num_layers < 0:
+            p.append(f"recompute_num_layers={t.recompute_num_layers} must be >= 0")
+        elif not isinstance(counts, str) and t.recompute_num_layers > max(counts):
+            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {max(counts)} layers "
+                     f"per pipeline chunk")
+    # precision
+    if t.precision == "fp8" and not hw.supports("fp8"):
+        p.append(f"precision=fp8 needs FP8 support; hardware {hw.name!r} has "
+                 f"{', '.join(sorted(hw.peak_flops_per_s))} only")
+    if t.fp8_activations and t.precision != "fp8":
+        p.append("fp8_activations=true needs precision=fp8")
+    if t.moe_a2a_backend == "deepep" and not m.is_moe:
+        p.append(f"moe_a2a_backend=deepep needs a MoE model; {m.name} is dense")
+    return p

@@ -1,0 +1,342 @@
+"""Model cards: the architecture facts the projector needs, and their parameter counts.
+
+Cards are YAML files in ``oracle/models/`` (file name = key), a path to a card YAML, or a path to
+a Hugging Face ``config.json`` (imported by :mod:`oracle.hf_import`). Parameter formulas live here,
+once, and are used both for the published-figure test and for the memory model.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from oracle.errors import InvalidConfigError, UnknownComponentError
+from oracle.schema import from_dict, to_dict
+from oracle.yamlio import load_mapping
+
+MODEL_DIR = Path(__file__).resolve().parent / "models"
+
+Activation = Literal["swiglu", "geglu", "gelu", "squared_relu", "relu"]
+GATED = ("swiglu", "geglu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCard:
+    """Architecture of a decoder-only transformer (dense, MoE, GQA/MLA, sliding window)."""
+
+    name: str
+    """Card key."""
+    num_layers: int
+    """Decoder layers (excluding MTP layers)."""
+    hidden_size: int
+    """Model width H."""
+    num_attention_heads: int
+    """Query heads a."""
+    vocab_size: int
+    """Vocabulary size before padding."""
+    ffn_hidden_size: int | None = None
+    """Dense-MLP intermediate size F (None for all-MoE models)."""
+    num_query_groups: int | None = None
+    """KV heads g (None = MHA, g = a)."""
+    head_dim: int | None = None
+    """Per-head dim d (None = H / a)."""
+    max_seq_len: int = 4096
+    """Longest trained context (informational)."""
+    tied_embeddings: bool = False
+    """Output layer shares the embedding matrix."""
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """Normalisation (layernorm has a bias: 2H parameters instead of H)."""
+    activation: Activation = "swiglu"
+    """MLP activation; swiglu/geglu are gated (3 weight matrices instead of 2)."""
+    linear_bias: bool = False
+    """Linear layers carry biases."""
+    qkv_bias: bool = False
+    """QKV projection carries a bias even when other linears do not (Qwen2 style)."""
+    qk_layernorm: bool = False
+    """Per-head norm on Q and K (Qwen3) or on MLA latents (DeepSeek)."""
+    position_embedding: Literal["rope", "learned", "none"] = "rope"
+    """'learned' adds max_seq_len x H absolute position embeddings."""
+    attention: Literal["gqa", "mla"] = "gqa"
+    """'gqa' covers MHA and GQA; 'mla' is DeepSeek's multi-head latent attention."""
+    q_lora_rank: int | None = None
+    """MLA: query low-rank dim (None = dense Q projection)."""
+    kv_lora_rank: int | None = None
+    """MLA: compressed KV dim."""
+    qk_nope_head_dim: int | None = None
+    """MLA: non-rotary part of the Q/K head dim."""
+    qk_rope_head_dim: int | None = None
+    """MLA: rotary part of the Q/K head dim (K rope part shared across heads)."""
+    v_head_dim: int | None = None
+    """MLA: value head dim."""
+    sliding_window: int | None = None
+    """Sliding-window attention span in tokens (None = full causal everywhere)."""
+    sliding_window_every: int = 0
+    """Every n-th layer (0-based index % n == 0) uses the window; 0 = none, 1 = all."""
+    attention_sinks: bool = False
+    """Learnable per-head softmax sink (gpt-oss): a parameters per layer."""
+    num_experts: int = 0
+    """Routed experts E (0 = dense model)."""
+    moe_topk: int = 0
+    """Experts per token k."""
+    moe_ffn_hidden_size: int | None = None
+    """Per-expert intermediate size F_e."""
+    num_shared_experts: int = 0
+    """Always-on shared experts."""
+    shared_expert_ffn_hidden_size: int | None = None
+    """Intermediate size of each shared expert (None = F_e)."""
+    first_dense_layers: int = 0
+    """Leading layers with a dense MLP instead of MoE (DeepSeek: 3)."""
+    moe_layer_freq: int = 1
+    """Every n-th layer after the leading dense ones is MoE (1 = all)."""
+    router_bias: bool = False
+    """Router has a bias (gpt-oss) or an expert-score bias (DeepSeek aux-loss-free)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules (DeepSeek V3: 1), each a full decoder layer plus projection."""
+    first_stage_layers: int | None = None
+    """Decoder layers on the first pipeline stage when uneven (Megatron decoder_first_pipeline_num_layers)."""
+    last_stage_layers: int | None = None
+    """Decoder layers on the last pipeline stage when uneven."""
+    make_vocab_size_divisible_by: int = 128
+    """Megatron pads the vocabulary to a multiple of this x TP."""
+    published_params_billion: float | None = None
+    """Published total parameter count (billions), for the card test."""
+    published_active_params_billion: float | None = None
+    """Published activated parameters per token (MoE), billions."""
+    family: str = ""
+    """Model family label."""
+    sources: tuple[str, ...] = ()
+    """Where each number came from."""
+    notes: str = ""
+    """Assumptions and caveats."""
+
+    # ------------------------------------------------------------------ derived shapes
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size or 0
+
+    @property
+    def shared_ffn(self) -> int:
+        return (self.shared_expert_ffn_hidden_size or self.expert_ffn) * self.num_shared_experts
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        m = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // m) * m
+
+    @cached_property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """'dense' or 'moe' for each decoder layer."""
+        if not self.is_moe:
+            return ("dense",) * self.num_layers
+        return tuple("moe" if (i >= self.first_dense_layers and
+                               (i - self.first_dense_layers) % self.moe_layer_freq == 0) else "dense"
+                     for i in range(self.num_layers))
+
+    def uses_window(self, layer: int) -> bool:
+        return bool(self.sliding_window and self.sliding_window_every
+                    and layer % self.sliding_window_every == 0)
+
+    # ------------------------------------------------------------------ parameter counts
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection output (a x d, or a x (nope+rope) for MLA)."""
+        if self.attention == "mla":
+            return self.num_attention_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)  # type: ignore[operator]
+        return self.num_attention_heads * self.head_size
+
+    @property
+    def kv_width(self) -> int:
+        """Width of K plus V projection outputs (GQA) or of the up-projected K and V (MLA)."""
+        if self.attention == "mla":
+            return self.num_attention_heads * (self.qk_nope_head_dim + self.v_head_dim)  # type: ignore[operator]
+        return 2 * self.kv_heads * self.head_size
+
+    @property
+    def attn_out_width(self) -> int:
+        """Input width of the attention output projection."""
+        if self.attention == "mla":
+            return self.num_attention_heads * self.v_head_dim  # type: ignore[operator]
+        return self.num_attention_heads * self.head_size
+
+    def norm_params(self, width: int) -> int:
+        return width * (2 if self.norm == "layernorm" else 1)
+
+    def attention_params(self) -> int:
+        """Attention block weights incl. its input norm (and qk norms), excluding nothing else."""
+        h = self.hidden_size
+        b = self.linear_bias
+        if self.attention == "mla":
+            a, rope = self.num_attention_heads, self.qk_rope_head_dim or 0
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.norm_params(self.q_lora_rank) + self.q_lora_rank * self.q_width
+            else:
+                q = h * self.q_width
+            kv_down = h * (self.kv_lora_rank + rope)  # type: ignore[operator]
+            kv_up = self.kv_lora_rank * self.kv_width + self.norm_params(self.kv_lora_rank)  # type: ignore[operator]
+            out = a * self.v_head_dim * h  # type: ignore[operator]
+            return q + kv_down + kv_up + out + self.norm_params(h)
+        qkv_out = self.q_width + 2 * self.kv_heads * self.head_size
+        p = h * qkv_out + self.attn_out_width * h + self.norm_params(h)
+        if b or self.qkv_bias:
+            p += qkv_out
+        if b:
+            p += h
+        if self.qk_layernorm:
+            p += 2 * self.norm_params(self.head_size)
+        if self.attention_sinks:
+            p += self.num_attention_heads
+        return p
+
+    def mlp_params(self, ffn: int) -> int:
+        """One MLP (dense or a single expert) of intermediate size ``ffn``, without its norm."""
+        h = self.hidden_size
+        up = (2 if self.gated else 1) * h * ffn
+        p = up + ffn * h
+        if self.linear_bias:
+            p += (2 if self.gated else 1) * ffn + h
+        return p
+
+    def router_params(self) -> int:
+        return self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
+
+    def dense_layer_params(self) -> int:
+        return self.attention_params() + self.mlp_params(self.ffn_hidden_size or 0) + self.norm_params(self.hidden_size)
+
+    def moe_layer_params(self, *, experts: int | None = None) -> int:
+        """A MoE layer with ``experts`` routed experts (default all)."""
+        e = self.num_experts if experts is None else experts
+        shared = self.mlp_params(self.shared_ffn) if self.num_shared_experts else 0
+        return (self.attention_params() + self.norm_params(self.hidden_size) + self.router_params()
+                + e * self.mlp_params(self.expert_ffn) + shared)
+
+    def layer_params(self, kind: str) -> int:
+        return self.moe_layer_params() if kind == "moe" else self.dense_layer_params()
+
+    def embedding_params(self, tp: int = 1) -> int:
+        pos = self.max_seq_len * self.hidden_size if self.position_embedding == "learned" else 0
+        return self.padded_vocab(tp) * self.hidden_size + pos
+
+    def output_params(self, tp: int = 1) -> int:
+        """Output projection (0 when tied) plus final norm."""
+        out = 0 if self.tied_embeddings else self.padded_vocab(tp) * self.hidden_size
+        return out + self.norm_params(self.hidden_size)
+
+    def mtp_params(self) -> int:
+        """DeepSeek-V3 MTP module: 2 norms + 2H->H projection + one (MoE if MoE) layer + norm."""
+        if not self.mtp_layers:
+            return 0
+        h = self.hidden_size
+        kind = "moe" if self.is_moe else "dense"
+        per = 2 * self.norm_params(h) + 2 * h * h + self.layer_params(kind) + self.norm_params(h)
+        return self.mtp_layers * per
+
+    def total_params(self, *, include_mtp: bool = False, padded_vocab: bool = False) -> int:
+        """All parameters (unpadded vocabulary by default, as published figures count)."""
+        v_pad = self.padded_vocab() if padded_vocab else self.vocab_size
+        pos = self.max_seq_len * self.hidden_size if self.position_embedding == "learned" else 0
+        emb = v_pad * self.hidden_size + pos
+        out = (0 if self.tied_embeddings else v_pad * self.hidden_size) + self.norm_params(self.hidden_size)
+        layers = sum(self.layer_params(k) for k in self.layer_kinds)
+        return emb + layers + out + (self.mtp_params() if include_mtp else 0)
+
+    def active_params(self) -> int:
+        """Parameters touched per token (top-k routed experts instead of all)."""
+        total = self.total_params()
+        if not self.is_moe:
+            return total
+        n_moe = sum(1 for k in self.layer_kinds if k == "moe")
+        return total - n_moe * (self.num_experts - self.moe_topk) * self.mlp_params(self.expert_ffn)
+
+    # ------------------------------------------------------------------ validation and IO
+    def problems(self) -> list[str]:
+        """Structural problems of the card itself (not of a parallel layout)."""
+        p = []
+        w = f"model card {self.name!r}"
+        for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+            if getattr(self, k) <= 0:
+                p.append(f"{w}: {k}={getattr(self, k)} must be > 0")
+        if self.num_attention_heads > 0 and self.kv_heads > 0 and self.num_attention_heads % self.kv_heads:
+            p.append(f"{w}: num_attention_heads={self.num_attention_heads} is not a multiple of "
+                     f"num_query_groups={self.kv_heads}")
+        if not self.is_moe and not self.ffn_hidden_size:
+            p.append(f"{w}: a dense model needs ffn_hidden_size")
+        if self.is_moe:
+            if not self.expert_ffn:
+                p.append(f"{w}: a MoE model needs moe_ffn_hidden_size")
+            if not 1 <= self.moe_topk <= self.num_experts:
+                p.append(f"{w}: moe_topk={self.moe_topk} must be in 1..num_experts={self.num_experts}")
+            if self.first_dense_layers and not self.ffn_hidden_size:
+                p.append(f"{w}: first_dense_layers={self.first_dense_layers} needs ffn_hidden_size")
+            if self.moe_layer_freq < 1:
+                p.append(f"{w}: moe_layer_freq={self.moe_layer_freq} must be >= 1")
+        if self.attention == "mla":
+            for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if not getattr(self, k):
+                    p.append(f"{w}: attention=mla needs {k}")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            p.append(f"{w}: sliding_window={self.sliding_window} must be > 0")
+        return p
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], name: str | None = None) -> "ModelCard":
+        data = dict(data)
+        if name is not None:
+            data.setdefault("name", name)
+        card = from_dict(cls, data, f"model card {data.get('name', name)!r}")
+        probs = card.problems()
+        if probs:
+            raise InvalidConfigError(probs)
+        return card
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def replace(self, **changes: Any) -> "ModelCard":
+        return dataclasses.replace(self, **changes)
+
+
+def bundled_models() -> list[str]:
+    return sorted(p.stem for p in MODEL_DIR.glob("*.yaml"))
+
+
+_CACHE: dict[str, ModelCard] = {}
+
+
+def load_model(name_or_path: str) -> ModelCard:
+    """A bundled card by name, a card YAML by path, or a Hugging Face config.json by path."""
+    if name_or_path in _CACHE:
+        return _CACHE[name_or_path]
+    path = Path(name_or_path)
+    looks_like_path = path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in name_or_path
+    if looks_like_path or path.exists():
+        data = load_mapping(path, "model card")
+        if path.suffix.lower() == ".json" and "name" not in data and (
+                "model_type" in data or "architectures" in data):
+            from oracle.hf_import import card_from_hf_config
+            card = card_from_hf_config(data, name=path.parent.name or path.stem)
+        else:
+            card = ModelCard.from_dict(data, name=path.stem)
+    else:
+        f = MODEL_DIR / f"{name_or_path}.yaml"
+        if not f.exists():
+            raise UnknownComponentError("model", name_or_path, bundled_models())
+        card = ModelCard.from_dict(load_mapping(f, "model card"), name=name_or_path)
+    _CACHE[name_or_path] = card
+    return card

@@ -1,0 +1,140 @@
+"""Strict dict -> frozen dataclass conversion shared by every config type.
+
+Unknown keys are the commonest user error, so they are rejected by name with a close match;
+types are checked against the field annotations (int, float, bool, str, Literal[...], X | None).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from oracle.errors import InvalidConfigError
+
+T = TypeVar("T")
+
+
+def _suggest(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_key_problems(data: dict[str, Any], valid: list[str], where: str) -> list[str]:
+    """One line per key of ``data`` not in ``valid``."""
+    return [f"{where}: unknown key {k!r}{_suggest(str(k), valid)}; valid keys: {', '.join(valid)}"
+            for k in data if k not in valid]
+
+
+def coerce(value: Any, annotation: Any, name: str) -> Any:
+    """Check/coerce ``value`` against ``annotation``; raise ValueError with a readable reason."""
+    origin = get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(annotation)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, name)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0] if len(errors) == 1 else f"{name}={value!r} is not valid")
+    if origin is Literal:
+        choices = get_args(annotation)
+        if value in choices:
+            return value
+        if isinstance(value, str) and value.lower() in choices:
+            return value.lower()
+        raise ValueError(f"{name}={value!r} is not one of {' | '.join(map(str, choices))}")
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
+            return value.lower() in ("true", "yes")
+        raise ValueError(f"{name}={value!r} must be true or false")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{name}={value!r} must be an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"{name}={value!r} must be an integer")
+    if annotation is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{name}={value!r} must be a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"{name}={value!r} must be a number")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"{name}={value!r} must be a string")
+    if origin is tuple or annotation is tuple:
+        if isinstance(value, (list, tuple)):
+            args = get_args(annotation)
+            inner = args[0] if args else Any
+            return tuple(value if inner is Any else coerce(v, inner, f"{name}[{i}]")
+                         for i, v in enumerate(value))
+        raise ValueError(f"{name}={value!r} must be a list")
+    if origin is dict or annotation is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ValueError(f"{name}={value!r} must be a mapping")
+    return value
+
+
+def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] | None = None) -> T:
+    """Build dataclass ``cls`` from ``data``, rejecting unknown keys, missing keys and bad types.
+
+    All problems are collected and raised together as one InvalidConfigError.
+    """
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"{where} must be a mapping of keys to values, got a "
+                                 f"{type(data).__name__}: {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
+    problems = list(extra_problems or [])
+    problems += unknown_key_problems(data, names, where)
+    kwargs: dict[str, Any] = {}
+    for f in fields:
+        if f.name in data:
+            try:
+                kwargs[f.name] = coerce(data[f.name], hints[f.name], f"{where}.{f.name}")
+            except ValueError as exc:
+                problems.append(str(exc))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            problems.append(f"{where}: missing required key {f.name!r}")
+    if problems:
+        raise InvalidConfigError(problems)
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Plain-dict view of a (nested) dataclass, tuples as lists."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            v = to_dict(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        out[f.name] = v
+    return out
