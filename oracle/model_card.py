@@ -296,6 +296,9 @@ class ModelCard:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], name: str | None = None) -> "ModelCard":
+        if not isinstance(data, dict):
+            raise InvalidConfigError(f"model card {name!r} must be a mapping of keys to values, "
+                                     f"got a {type(data).__name__}")
         data = dict(data)
         if name is not None:
             data.setdefault("name", name)

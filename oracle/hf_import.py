@@ -1,0 +1,332 @@
+"""Hugging Face ``config.json`` -> :class:`ModelCard`, and a card back to YAML.
+
+Works on a local, already-parsed ``config.json`` dict; nothing is downloaded. One small reader per
+family maps the Hugging Face keys onto card fields; whatever a card cannot express exactly is said in
+the card's ``notes`` (or, when it would change the parameter count, raised as InvalidConfigError).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from oracle.errors import InvalidConfigError
+from oracle.model_card import ModelCard
+
+_MISSING = object()
+
+# HF hidden_act -> card activation, for families whose MLP is gated (gate * act(up)) or plain.
+_GATED_ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_new": "geglu",
+              "gelu_pytorch_tanh": "geglu", "gelu_fast": "geglu"}
+_PLAIN_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu",
+              "quick_gelu": "gelu", "relu": "relu", "relu2": "squared_relu"}
+
+# Architecture class names accepted when a config.json has no model_type.
+_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox", "NemotronForCausalLM": "nemotron",
+}
+
+
+class _Reader:
+    """Reads keys of one config.json, collecting every missing/bad key before raising."""
+
+    def __init__(self, data: dict[str, Any], model_type: str):
+        self.data, self.model_type = data, model_type
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+
+    def req(self, *keys: str) -> Any:
+        """The first of ``keys`` present and not null; a problem naming them otherwise."""
+        for k in keys:
+            if self.data.get(k) is not None:
+                return self.data[k]
+        alias = f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""
+        self.problems.append(f"config.json (model_type {self.model_type!r}): missing required key "
+                             f"{keys[0]!r}{alias}")
+        return None
+
+    def opt(self, key: str, default: Any = None) -> Any:
+        v = self.data.get(key, _MISSING)
+        return default if v is _MISSING or v is None else v
+
+    def act(self, gated: bool) -> str | None:
+        raw = self.opt("hidden_act", self.opt("activation_function", "silu" if gated else "gelu"))
+        table = _GATED_ACT if gated else _PLAIN_ACT
+        if raw not in table:
+            self.problems.append(f"config.json (model_type {self.model_type!r}): hidden_act={raw!r} is "
+                                 f"not supported for this family; supported: {', '.join(sorted(table))}")
+            return None
+        return table[raw]
+
+
+# ------------------------------------------------------------------ shared pieces
+def _attention_shape(r: _Reader) -> dict[str, Any]:
+    heads = r.req("num_attention_heads")
+    return {
+        "num_layers": r.req("num_hidden_layers"),
+        "hidden_size": r.req("hidden_size"),
+        "num_attention_heads": heads,
+        "num_query_groups": r.opt("num_key_value_heads", heads),
+        "head_dim": r.opt("head_dim"),
+        "vocab_size": r.req("vocab_size"),
+        "max_seq_len": r.opt("max_position_embeddings", 4096),
+    }
+
+
+def _biases(r: _Reader, *, attention_default: bool = False, mlp_default: bool = False) -> dict[str, Any]:
+    """Llama-style attention_bias (q, k, v, o) / mlp_bias onto the card's linear_bias / qkv_bias."""
+    attn, mlp = bool(r.opt("attention_bias", attention_default)), bool(r.opt("mlp_bias", mlp_default))
+    if attn and mlp:
+        return {"linear_bias": True}
+    if attn:
+        r.notes.append("attention_bias: q/k/v biases counted; the o_proj bias (H per layer) is not")
+        return {"qkv_bias": True}
+    if mlp:
+        r.notes.append("mlp_bias=true without attention_bias is not representable; MLP biases not counted")
+    return {}
+
+
+def _window_pattern(sliding: list[bool]) -> int | None:
+    """The card's sliding_window_every for this per-layer pattern, or None if it has no such form."""
+    n_layers = len(sliding)
+    if not any(sliding):
+        return 0
+    if all(sliding):
+        return 1
+    for n in range(2, n_layers + 1):
+        if sliding == [i % n == 0 for i in range(n_layers)]:
+            return n
+    return None
+
+
+def _window(r: _Reader, n_layers: int, default_types: list[str] | None) -> dict[str, Any]:
+    """sliding_window / sliding_window_every from layer_types (or the family's default pattern)."""
+    types = r.opt("layer_types", default_types)
+    if not types or not isinstance(n_layers, int):
+        return {}
+    sliding = [t == "sliding_attention" for t in types]
+    if not any(sliding):
+        return {}
+    window = r.req("sliding_window")
+    every = _window_pattern(sliding)
+    if every is None:
+        r.notes.append(f"sliding window {window} on layers {[i for i, s in enumerate(sliding) if s]} "
+                       "is not an every-n pattern; imported as full attention everywhere (conservative)")
+        return {}
+    return {"sliding_window": window, "sliding_window_every": every}
+
+
+def _moe_layout(r: _Reader, n_layers: int, is_moe: Callable[[int], bool]) -> dict[str, Any]:
+    """first_dense_layers / moe_layer_freq reproducing the HF per-layer MoE choice exactly."""
+    if not isinstance(n_layers, int):
+        return {}
+    moe = [i for i in range(n_layers) if is_moe(i)]
+    if not moe:
+        r.problems.append(f"config.json (model_type {r.model_type!r}): experts are configured but no "
+                          f"layer of {n_layers} is MoE")
+        return {}
+    first = moe[0]
+    freq = moe[1] - moe[0] if len(moe) > 1 else 1
+    if moe != list(range(first, n_layers, freq)):
+        r.problems.append(f"config.json (model_type {r.model_type!r}): MoE layers {moe} are not "
+                          f"'dense for the first k, then every n-th' and cannot be expressed as a card")
+        return {}
+    return {"first_dense_layers": first, "moe_layer_freq": freq}
+
+
+# ------------------------------------------------------------------ families
+def _llama(r: _Reader) -> dict[str, Any]:
+    """llama, mistral, qwen2, qwen3 (dense, gated, RMSNorm)."""
+    mt = r.model_type
+    card = _attention_shape(r)
+    card.update(ffn_hidden_size=r.req("intermediate_size"), norm="rmsnorm", activation=r.act(True),
+                tied_embeddings=bool(r.opt("tie_word_embeddings", False)))
+    if mt == "qwen2":
+        card["qkv_bias"] = True
+    else:
+        card.update(_biases(r))
+    if mt == "qwen3":
+        card["qk_layernorm"] = True
+    card.update(_window(r, card["num_layers"], _default_layer_types(r, card["num_layers"])))
+    return card
+
+
+def _default_layer_types(r: _Reader, n_layers: Any) -> list[str] | None:
+    """Per-layer attention kinds implied by older configs that have no layer_types."""
+    if not isinstance(n_layers, int):
+        return None
+    if r.model_type in ("mistral", "mixtral"):
+        kind = "sliding_attention" if r.opt("sliding_window") else "full_attention"
+        return [kind] * n_layers
+    if r.model_type.startswith("qwen"):
+        if not r.opt("use_sliding_window", False) or not r.opt("sliding_window"):
+            return None
+        first = r.opt("max_window_layers", n_layers)
+        return ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+    if r.model_type == "gpt_oss":
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
+    return None
+
+
+def _mixtral(r: _Reader) -> dict[str, Any]:
+    card = _attention_shape(r)
+    card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
+                num_experts=r.req("num_local_experts"), moe_topk=r.req("num_experts_per_tok"),
+                moe_ffn_hidden_size=r.req("intermediate_size"))
+    card.update(_window(r, card["num_layers"], _default_layer_types(r, card["num_layers"])))
+    return card
+
+
+def _qwen_moe(r: _Reader) -> dict[str, Any]:
+    """qwen2_moe, qwen3_moe: MoE where (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers."""
+    card = _attention_shape(r)
+    n = card["num_layers"]
+    step = r.opt("decoder_sparse_step", 1)
+    mlp_only = set(r.opt("mlp_only_layers", []))
+    layout = _moe_layout(r, n, lambda i: i not in mlp_only and (i + 1) % step == 0)
+    card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
+                num_experts=r.req("num_experts"), moe_topk=r.req("num_experts_per_tok"),
+                moe_ffn_hidden_size=r.req("moe_intermediate_size"), **layout)
+    if layout.get("first_dense_layers") or layout.get("moe_layer_freq", 1) > 1:
+        card["ffn_hidden_size"] = r.req("intermediate_size")
+    if r.model_type == "qwen2_moe":
+        card["qkv_bias"] = True
+        shared = r.opt("shared_expert_intermediate_size", 0)
+        if shared:
+            card.update(num_shared_experts=1, shared_expert_ffn_hidden_size=shared)
+            r.notes.append("the shared expert's sigmoid gate (H parameters per MoE layer) is not counted")
+    else:
+        card["qk_layernorm"] = True
+        card.update(_biases(r))
+    card.update(_window(r, n, _default_layer_types(r, n)))
+    return card
+
+
+def _deepseek(r: _Reader) -> dict[str, Any]:
+    """deepseek_v2, deepseek_v3, kimi_k2: MLA + MoE with shared experts and leading dense layers."""
+    card = _attention_shape(r)
+    card.pop("head_dim")
+    n = card["num_layers"]
+    card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
+                attention="mla", qk_layernorm=True, q_lora_rank=r.opt("q_lora_rank"),
+                kv_lora_rank=r.req("kv_lora_rank"), qk_nope_head_dim=r.req("qk_nope_head_dim"),
+                qk_rope_head_dim=r.req("qk_rope_head_dim"), v_head_dim=r.req("v_head_dim"),
+                mtp_layers=r.opt("num_nextn_predict_layers", 0))
+    card.update(_biases(r))
+    experts = r.opt("n_routed_experts")
+    if not experts:
+        card["ffn_hidden_size"] = r.req("intermediate_size")
+        return card
+    first_k, freq = r.opt("first_k_dense_replace", 0), r.opt("moe_layer_freq", 1)
+    layout = _moe_layout(r, n, lambda i: i >= first_k and i % freq == 0)
+    moe_ffn = r.req("moe_intermediate_size")
+    card.update(num_experts=experts, moe_topk=r.req("num_experts_per_tok"), moe_ffn_hidden_size=moe_ffn,
+                router_bias=r.opt("topk_method", "noaux_tc" if r.model_type != "deepseek_v2" else "greedy")
+                == "noaux_tc", **layout)
+    shared = r.opt("n_shared_experts", 0)
+    if shared:
+        card.update(num_shared_experts=shared, shared_expert_ffn_hidden_size=moe_ffn)
+    if layout.get("first_dense_layers") or layout.get("moe_layer_freq", 1) > 1:
+        card["ffn_hidden_size"] = r.req("intermediate_size")
+    return card
+
+
+def _gpt_oss(r: _Reader) -> dict[str, Any]:
+    card = _attention_shape(r)
+    card["head_dim"] = r.opt("head_dim", 64)
+    card.update(norm="rmsnorm", activation="swiglu", tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
+                linear_bias=bool(r.opt("attention_bias", True)), attention_sinks=True, router_bias=True,
+                num_experts=r.req("num_local_experts"),
+                moe_topk=r.req("num_experts_per_tok", "experts_per_token"),
+                moe_ffn_hidden_size=r.req("intermediate_size"))
+    r.notes.append("gpt-oss MLP: gated quick-GELU GLU with +1 offset and clamp (SwiGLU-like, 3 matrices)")
+    card.update(_window(r, card["num_layers"], _default_layer_types(r, card["num_layers"])))
+    return card
+
+
+def _gpt2(r: _Reader) -> dict[str, Any]:
+    h = r.req("n_embd", "hidden_size")
+    inner = r.opt("n_inner")
+    return {"num_layers": r.req("n_layer", "num_hidden_layers"), "hidden_size": h,
+            "num_attention_heads": r.req("n_head", "num_attention_heads"), "vocab_size": r.req("vocab_size"),
+            "ffn_hidden_size": inner or (4 * h if isinstance(h, int) else None),
+            "max_seq_len": r.req("n_positions", "max_position_embeddings"),
+            "tied_embeddings": bool(r.opt("tie_word_embeddings", True)), "norm": "layernorm",
+            "activation": r.act(False), "linear_bias": True, "position_embedding": "learned"}
+
+
+def _gpt_neox(r: _Reader) -> dict[str, Any]:
+    card = _attention_shape(r)
+    card.update(ffn_hidden_size=r.req("intermediate_size"), norm="layernorm", activation=r.act(False),
+                tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
+                linear_bias=bool(r.opt("attention_bias", True)))
+    if not card["linear_bias"]:
+        r.notes.append("attention_bias=false: the MLP biases (always present in GPT-NeoX) are not counted")
+    return card
+
+
+def _nemotron(r: _Reader) -> dict[str, Any]:
+    card = _attention_shape(r)
+    card.update(ffn_hidden_size=r.req("intermediate_size"), norm="layernorm", activation=r.act(False),
+                tied_embeddings=bool(r.opt("tie_word_embeddings", False)))
+    card.update(_biases(r))
+    r.notes.append("LayerNorm1P (zero-centred gamma) counted as LayerNorm with bias")
+    return card
+
+
+_FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
+    "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama,
+    "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
+    "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+
+
+def _model_type(data: dict[str, Any]) -> str:
+    mt = data.get("model_type")
+    if mt is None:
+        for arch in data.get("architectures") or []:
+            if arch in _ARCHITECTURES:
+                return _ARCHITECTURES[arch]
+        raise InvalidConfigError(
+            f"config.json has no 'model_type' (architectures={data.get('architectures')!r}); "
+            f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if mt not in _FAMILIES:
+        raise InvalidConfigError(f"config.json model_type={mt!r} is not supported; "
+                                 f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    return mt
+
+
+def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
+    """A model card from a parsed Hugging Face ``config.json`` (raises InvalidConfigError)."""
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"config.json for {name!r} must be a JSON object, got a {type(data).__name__}")
+    mt = _model_type(data)
+    r = _Reader(data, mt)
+    fields = _FAMILIES[mt](r)
+    if r.problems:
+        raise InvalidConfigError(r.problems + [f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"])
+    fields = {k: v for k, v in fields.items() if v is not None}
+    fields.update(name=name, family=mt, sources=[f"Hugging Face config.json (model_type {mt})"],
+                  notes="; ".join(r.notes))
+    return ModelCard.from_dict(fields)
+
+
+def card_to_yaml(card: ModelCard) -> str:
+    """A card YAML (fields at their default omitted) that loads back to an equal card."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(ModelCard):
+        v = getattr(card, f.name)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        if required or v != default:
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+    header = f"# {card.name}: model card written by oracle.hf_import.card_to_yaml\n"
+    return header + yaml.safe_dump(out, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)

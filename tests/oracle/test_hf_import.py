@@ -1,0 +1,174 @@
+"""Hugging Face config.json import and card YAML round trip (offline, hand-written fixtures)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from oracle.errors import InvalidConfigError
+from oracle.hf_import import SUPPORTED_MODEL_TYPES, card_from_hf_config, card_to_yaml
+from oracle.model_card import ModelCard, bundled_models, load_model
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+
+
+def _config(folder: str) -> dict:
+    return json.loads((FIXTURES / folder / "config.json").read_text())
+
+
+def _import(folder: str) -> ModelCard:
+    return card_from_hf_config(_config(folder), name=folder)
+
+
+# fixture folder -> bundled card with the same shapes
+SAME_AS_BUNDLED = {
+    "llama-3.1-8b": "llama3.1-8b",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "deepseek-v3": "deepseek-v3",
+    "kimi-k2": "kimi-k2",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "gpt-oss-120b": "gpt-oss-120b",
+}
+
+# fixture folder -> exact parameter count of the released checkpoint (Hugging Face safetensors count)
+EXACT_TOTAL = {
+    "gpt2": 124_439_808,          # GPT-2 small: learned positions, tied embeddings, biases, LayerNorm
+    "qwen2.5-0.5b": 494_032_768,  # Qwen2.5-0.5B: QKV bias only, tied embeddings
+}
+
+
+@pytest.mark.parametrize("folder, bundled", sorted(SAME_AS_BUNDLED.items()))
+def test_import_reproduces_bundled_card(folder, bundled):
+    card, ref = _import(folder), load_model(bundled)
+    assert card.total_params() == ref.total_params()
+    assert card.active_params() == ref.active_params()
+    assert card.total_params(include_mtp=True) == ref.total_params(include_mtp=True)
+    assert card.layer_kinds == ref.layer_kinds
+    for f in ("attention", "kv_heads", "head_size", "is_moe", "sliding_window", "sliding_window_every",
+              "attention_sinks", "num_shared_experts"):
+        assert getattr(card, f) == getattr(ref, f), f
+
+
+@pytest.mark.parametrize("folder, expected", sorted(EXACT_TOTAL.items()))
+def test_import_matches_checkpoint_count(folder, expected):
+    assert _import(folder).total_params() == expected
+
+
+def test_deepseek_v3_details():
+    card = _import("deepseek-v3")
+    assert card.layer_kinds.count("dense") == 3 and card.layer_kinds.count("moe") == 58
+    assert card.mtp_layers == 1 and card.router_bias and card.max_seq_len == 163840
+    assert (card.q_lora_rank, card.kv_lora_rank, card.qk_rope_head_dim) == (1536, 512, 64)
+
+
+def test_gpt_oss_window_and_extras():
+    card = _import("gpt-oss-120b")
+    assert (card.sliding_window, card.sliding_window_every) == (128, 2)
+    assert card.attention_sinks and card.router_bias and card.linear_bias and card.moe_topk == 4
+    assert "GLU" in card.notes
+
+
+def test_load_model_routes_config_json():
+    path = FIXTURES / "llama-3.1-8b" / "config.json"
+    card = load_model(str(path))
+    assert card.name == "llama-3.1-8b" and card.family == "llama"
+    assert card.total_params() == load_model("llama3.1-8b").total_params()
+
+
+def test_mistral_sliding_window_on_every_layer():
+    cfg = _config("llama-3.1-8b") | {"model_type": "mistral", "sliding_window": 4096}
+    card = card_from_hf_config(cfg, "mistral-like")
+    assert (card.sliding_window, card.sliding_window_every) == (4096, 1)
+
+
+def test_irregular_window_pattern_is_noted_not_guessed():
+    cfg = _config("gpt-oss-120b")
+    cfg["layer_types"] = ["sliding_attention"] * 3 + ["full_attention"] * 33
+    card = card_from_hf_config(cfg, "odd")
+    assert card.sliding_window is None and "full attention" in card.notes
+
+
+def test_qwen_moe_sparse_step_maps_exactly():
+    cfg = _config("qwen3-30b-a3b") | {"num_hidden_layers": 6, "decoder_sparse_step": 2}
+    card = card_from_hf_config(cfg, "sparse")
+    assert card.layer_kinds == ("dense", "moe") * 3
+    assert card.ffn_hidden_size == 6144
+
+
+def test_qwen_moe_irregular_layers_are_rejected():
+    cfg = _config("qwen3-30b-a3b") | {"num_hidden_layers": 6, "mlp_only_layers": [2]}
+    with pytest.raises(InvalidConfigError, match="cannot be expressed"):
+        card_from_hf_config(cfg, "irregular")
+
+
+def test_deepseek_moe_layer_freq_maps_exactly():
+    cfg = _config("deepseek-v3") | {"num_hidden_layers": 8, "first_k_dense_replace": 3, "moe_layer_freq": 2}
+    card = card_from_hf_config(cfg, "freq")
+    # HF: MoE where i >= 3 and i % 2 == 0
+    assert [i for i, k in enumerate(card.layer_kinds) if k == "moe"] == [4, 6]
+
+
+# ------------------------------------------------------------------ errors
+def test_unsupported_model_type_names_supported_ones():
+    with pytest.raises(InvalidConfigError) as err:
+        card_from_hf_config({"model_type": "bert", "hidden_size": 768}, "bert")
+    msg = str(err.value)
+    assert "'bert'" in msg and all(t in msg for t in SUPPORTED_MODEL_TYPES)
+
+
+def test_missing_keys_are_named_all_at_once():
+    cfg = _config("llama-3.1-8b")
+    del cfg["vocab_size"], cfg["intermediate_size"]
+    with pytest.raises(InvalidConfigError) as err:
+        card_from_hf_config(cfg, "broken")
+    msg = str(err.value)
+    assert "'vocab_size'" in msg and "'intermediate_size'" in msg and "llama" in msg
+
+
+def test_missing_model_type_falls_back_to_architectures():
+    cfg = _config("llama-3.1-8b")
+    del cfg["model_type"]
+    assert card_from_hf_config(cfg, "arch").total_params() == load_model("llama3.1-8b").total_params()
+    del cfg["architectures"]
+    with pytest.raises(InvalidConfigError, match="model_type"):
+        card_from_hf_config(cfg, "none")
+
+
+def test_unsupported_activation_is_rejected():
+    cfg = _config("llama-3.1-8b") | {"hidden_act": "tanh"}
+    with pytest.raises(InvalidConfigError, match="hidden_act='tanh'"):
+        card_from_hf_config(cfg, "tanh")
+
+
+def test_malformed_json_is_an_invalid_config():
+    with pytest.raises(InvalidConfigError, match="not valid YAML/JSON"):
+        load_model(str(FIXTURES / "malformed" / "config.json"))
+
+
+def test_non_mapping_is_rejected():
+    with pytest.raises(InvalidConfigError, match="JSON object"):
+        card_from_hf_config([1, 2], "list")  # type: ignore[arg-type]
+
+
+def test_imported_card_violating_card_rules_is_rejected():
+    cfg = _config("mixtral-8x7b") | {"num_experts_per_tok": 16}
+    with pytest.raises(InvalidConfigError, match="moe_topk=16"):
+        card_from_hf_config(cfg, "bad")
+
+
+# ------------------------------------------------------------------ YAML round trip
+@pytest.mark.parametrize("name", bundled_models())
+def test_bundled_card_yaml_round_trip(name):
+    card = load_model(name)
+    text = card_to_yaml(card)
+    assert ModelCard.from_dict(yaml.safe_load(text)) == card
+
+
+@pytest.mark.parametrize("folder", sorted({*SAME_AS_BUNDLED, *EXACT_TOTAL}))
+def test_imported_card_yaml_round_trip(folder, tmp_path):
+    card = _import(folder)
+    p = tmp_path / f"{folder}.yaml"
+    p.write_text(card_to_yaml(card))
+    assert load_model(str(p)) == card

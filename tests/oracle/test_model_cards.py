@@ -1,0 +1,181 @@
+"""Bundled model cards: every card loads, and its parameter count matches the published figure.
+
+Golden table: a card's computed total (and, for MoE, active) parameters must lie within a tolerance of
+the figure the card cites (``published_params_billion`` / ``published_active_params_billion``). The
+default tolerance is 2%; a wider one needs a written reason in TOLERANCE below.
+"""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from oracle.errors import InvalidConfigError, UnknownComponentError
+from oracle.model_card import MODEL_DIR, ModelCard, bundled_models, load_model
+
+DEFAULT_TOL = 0.02
+
+EXPECTED_CARDS = {
+    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b", "llama3.1-70b",
+    "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
+    "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "nemotron3-8b", "nemotron3-22b", "nemotron4-15b",
+    "nemotron4-340b", "gpt3-5b", "gpt3-20b", "gpt3-175b", "tiny-dense", "tiny-moe", "tiny-mla",
+}
+TEST_CARDS = {"tiny-dense", "tiny-moe", "tiny-mla"}
+
+# card -> (total tolerance, reason). Only rows that need more than DEFAULT_TOL.
+TOLERANCE: dict[str, tuple[float, str]] = {
+    "nemotron3-8b": (0.08, "only the rounded name '8B' is published; computed 8.54B, of which 2.1B are the "
+                           "untied 256k-vocab embeddings (vocab itself an assumption, see the card)"),
+    "nemotron3-22b": (0.05, "only the rounded name '22B' is published (NeMo Nemotron3Config22B); computed 21.27B"),
+    "gpt3-5b": (0.03, "only the rounded NeMo name GPTConfig5B is published; computed 5.05B"),
+    "gpt3-20b": (0.03, "only the rounded NeMo name GPTConfig20B is published; computed 20.26B"),
+}
+
+# card -> (active tolerance, reason). Only rows that need more than DEFAULT_TOL.
+ACTIVE_TOLERANCE: dict[str, tuple[float, str]] = {
+    "kimi-k2": (0.03, "published '32B activated' is rounded to whole billions and does not say whether the "
+                      "1.17B input embedding counts: 32.86B with it, 31.69B without"),
+}
+
+# Published active counts that leave out the input embedding (a lookup, no matmul), with the source.
+ACTIVE_EXCLUDES_INPUT_EMBEDDING: dict[str, str] = {
+    "gpt-oss-120b": "gpt-oss model card parameter table: active = MLP (top-4) + attention + unembedding",
+    "gpt-oss-20b": "gpt-oss model card parameter table: active = MLP (top-4) + attention + unembedding",
+}
+
+REAL_CARDS = sorted(EXPECTED_CARDS - TEST_CARDS)
+MOE_CARDS = sorted(n for n in REAL_CARDS if load_model(n).is_moe)
+
+
+def _rel(computed: float, published: float) -> float:
+    return (computed - published) / published
+
+
+def test_bundled_cards_are_exactly_the_expected_set():
+    assert set(bundled_models()) == EXPECTED_CARDS
+
+
+def test_tolerance_tables_name_real_cards():
+    for table in (TOLERANCE, ACTIVE_TOLERANCE, ACTIVE_EXCLUDES_INPUT_EMBEDDING):
+        assert set(table) <= set(REAL_CARDS)
+    for tol, reason in [*TOLERANCE.values(), *ACTIVE_TOLERANCE.values()]:
+        assert tol > DEFAULT_TOL and len(reason) > 20
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CARDS))
+def test_card_loads_and_is_consistent(name):
+    card = load_model(name)
+    assert card.name == name, f"{MODEL_DIR / name}.yaml declares name {card.name!r}"
+    assert card.problems() == []
+    assert card.sources, f"{name}: a card must cite its sources"
+    assert card.total_params() > 0
+    assert len(card.layer_kinds) == card.num_layers
+    if card.is_moe:
+        assert 0 < card.active_params() < card.total_params()
+    text = (MODEL_DIR / f"{name}.yaml").read_text()
+    assert text.startswith("#"), f"{name}.yaml needs a header comment with its sources"
+
+
+@pytest.mark.parametrize("name", REAL_CARDS)
+def test_total_params_match_published(name):
+    card = load_model(name)
+    assert card.published_params_billion, f"{name}: published_params_billion missing"
+    tol = TOLERANCE.get(name, (DEFAULT_TOL, ""))[0]
+    computed = card.total_params() / 1e9
+    rel = _rel(computed, card.published_params_billion)
+    assert abs(rel) <= tol, (f"{name}: computed {computed:.3f}B vs published {card.published_params_billion}B "
+                             f"({rel:+.2%}, tolerance {tol:.0%})")
+
+
+@pytest.mark.parametrize("name", MOE_CARDS)
+def test_active_params_match_published(name):
+    card = load_model(name)
+    assert card.published_active_params_billion, f"{name}: published_active_params_billion missing"
+    active = card.active_params()
+    if name in ACTIVE_EXCLUDES_INPUT_EMBEDDING:
+        active -= card.vocab_size * card.hidden_size
+    tol = ACTIVE_TOLERANCE.get(name, (DEFAULT_TOL, ""))[0]
+    rel = _rel(active / 1e9, card.published_active_params_billion)
+    assert abs(rel) <= tol, (f"{name}: computed active {active / 1e9:.3f}B vs published "
+                             f"{card.published_active_params_billion}B ({rel:+.2%}, tolerance {tol:.0%})")
+
+
+def test_test_cards_have_no_published_figure():
+    for name in TEST_CARDS:
+        card = load_model(name)
+        assert card.family == "test" and card.published_params_billion is None
+
+
+def test_deepseek_v3_layer_kinds():
+    card = load_model("deepseek-v3")
+    assert card.layer_kinds[:3] == ("dense",) * 3
+    assert card.layer_kinds[3:] == ("moe",) * 58
+
+
+def test_deepseek_v3_with_mtp_matches_685b():
+    """685B = 671B + the 14B MTP module as stored, i.e. with its own embedding and output-head copies.
+
+    total_params(include_mtp=True) shares those two matrices (as training does), so add them back.
+    """
+    card = load_model("deepseek-v3")
+    with_copies = card.total_params(include_mtp=True) + 2 * card.vocab_size * card.hidden_size
+    assert abs(_rel(with_copies / 1e9, 685.0)) <= 0.005
+
+
+def test_tiny_cards_shapes():
+    moe = load_model("tiny-moe")
+    assert moe.layer_kinds == ("dense", "moe", "moe", "moe")
+    mla = load_model("tiny-mla")
+    assert mla.attention == "mla" and mla.num_shared_experts == 1 and mla.mtp_layers == 1
+    assert mla.layer_kinds == ("dense", "moe", "moe", "moe")
+    assert mla.total_params(include_mtp=True) > mla.total_params()
+    dense = load_model("tiny-dense")
+    assert (dense.num_layers, dense.hidden_size, dense.kv_heads, dense.vocab_size) == (4, 256, 2, 1024)
+
+
+def test_gpt_oss_window_every_other_layer():
+    card = load_model("gpt-oss-120b")
+    assert [card.uses_window(i) for i in range(4)] == [True, False, True, False]
+
+
+# ------------------------------------------------------------------ bad cards
+def _tiny_dict(**changes):
+    data = yaml.safe_load((MODEL_DIR / "tiny-moe.yaml").read_text())
+    data.update(changes)
+    return data
+
+
+def test_list_instead_of_mapping_is_rejected(tmp_path):
+    p = tmp_path / "listy.yaml"
+    p.write_text(yaml.safe_dump([_tiny_dict()]))
+    with pytest.raises(InvalidConfigError, match="mapping"):
+        load_model(str(p))
+
+
+def test_unknown_key_is_rejected_with_suggestion(tmp_path):
+    data = _tiny_dict()
+    data["num_layer"] = data.pop("num_layers")
+    with pytest.raises(InvalidConfigError, match=r"unknown key 'num_layer'.*did you mean 'num_layers'"):
+        ModelCard.from_dict(data)
+    p = tmp_path / "typo.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(InvalidConfigError, match="did you mean 'num_layers'"):
+        load_model(str(p))
+
+
+def test_topk_above_num_experts_is_rejected():
+    with pytest.raises(InvalidConfigError, match=r"moe_topk=9 must be in 1\.\.num_experts=8"):
+        ModelCard.from_dict(_tiny_dict(moe_topk=9))
+
+
+def test_all_problems_are_reported_together():
+    with pytest.raises(InvalidConfigError) as err:
+        ModelCard.from_dict(_tiny_dict(moe_topk=9, num_attention_heads=3))
+    assert len(err.value.problems) == 2
+
+
+def test_unknown_model_lists_valid_names():
+    with pytest.raises(UnknownComponentError) as err:
+        load_model("llama9-1t")
+    assert err.value.valid == sorted(bundled_models())
+    assert "llama9-1t" in str(err.value) and "llama3.1-70b" in str(err.value)
