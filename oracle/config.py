@@ -71,6 +71,9 @@ class TrainingConfig:
     """Megatron sequence parallelism; auto = on when tp > 1."""
     moe_a2a_backend: Literal["alltoall", "deepep"] = "alltoall"
     """MoE token dispatcher."""
+    tp_comm_overlap: bool | Literal["auto"] = "auto"
+    """Overlap TP all-gather/reduce-scatter with the adjacent GEMMs (Transformer Engine userbuffers);
+    auto = on whenever sequence parallelism is on (as NeMo / Megatron-Bridge perf recipes do)."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with backward."""
     overlap_param_gather: bool = True
@@ -88,6 +91,11 @@ class TrainingConfig:
     def sp(self) -> bool:
         """Sequence parallelism actually in effect."""
         return self.tp > 1 if self.sequence_parallel == "auto" else bool(self.sequence_parallel) and self.tp > 1
+
+    @property
+    def tp_overlap(self) -> bool:
+        """TP communication overlap actually in effect."""
+        return self.sp if self.tp_comm_overlap == "auto" else bool(self.tp_comm_overlap) and self.tp > 1
 
     @property
     def schedule(self) -> str:

@@ -1,0 +1,56 @@
+"""Model FLOPs per iteration: the convention behind reported TFLOP/s/GPU and MFU.
+
+We use the Megatron-LM / NeMo "model FLOPs" convention (Narayanan et al. 2021, Eq. 3; NeMo
+``flops_formulas.py``): 3 x the forward FLOPs of every GEMM a token touches (forward + 2x backward),
+plus self-attention counted WITHOUT the causal halving (QK^T and AV each 2*s*d per query, per head),
+plus the logits layer; recomputation is NOT counted (hardware FLOPs would include it). For MoE only
+the top-k routed experts (and shared experts) a token visits count. Sliding-window layers count
+min(seq, window) keys. This is what NeMo's published TFLOP/s use, so ours compare like for like.
+"""
+from __future__ import annotations
+
+from oracle.model_card import ModelCard
+
+
+def gemm_params_per_token(card: ModelCard, kind: str) -> float:
+    """Weights a token multiplies through in one layer (norms, router bias excluded)."""
+    h = card.hidden_size
+    if card.attention == "mla":
+        rope = card.qk_rope_head_dim or 0
+        q = (h * card.q_lora_rank + card.q_lora_rank * card.q_width) if card.q_lora_rank else h * card.q_width
+        attn = q + h * (card.kv_lora_rank + rope) + card.kv_lora_rank * card.kv_width + card.attn_out_width * h
+    else:
+        attn = h * (card.q_width + 2 * card.kv_heads * card.head_size) + card.attn_out_width * h
+    up = 2 if card.gated else 1
+    if kind == "moe":
+        mlp = card.moe_topk * (up + 1) * h * card.expert_ffn + h * card.num_experts
+        if card.num_shared_experts:
+            mlp += (up + 1) * h * card.shared_ffn
+    else:
+        mlp = (up + 1) * h * (card.ffn_hidden_size or 0)
+    return float(attn + mlp)
+
+
+def attention_flops_per_token(card: ModelCard, seq_len: int, layer: int) -> float:
+    """Forward QK^T + AV FLOPs per token in one layer, full (non-causal) convention."""
+    keys = min(seq_len, card.sliding_window) if card.uses_window(layer) else seq_len
+    if card.attention == "mla":
+        d_qk = (card.qk_nope_head_dim or 0) + (card.qk_rope_head_dim or 0)
+        d_v = card.v_head_dim or 0
+    else:
+        d_qk = d_v = card.head_size
+    return 2.0 * keys * card.num_attention_heads * (d_qk + d_v)
+
+
+def model_flops_per_token(card: ModelCard, seq_len: int) -> float:
+    """Forward+backward model FLOPs per token (3x forward), excluding recompute."""
+    fwd = 0.0
+    for i, kind in enumerate(card.layer_kinds):
+        fwd += 2.0 * gemm_params_per_token(card, kind) + attention_flops_per_token(card, seq_len, i)
+    fwd += 2.0 * card.hidden_size * card.padded_vocab()
+    return 3.0 * fwd
+
+
+FLOP_FORMULA = ("model FLOPs/token = 3 x [sum over layers (2 x GEMM weights touched per token + "
+                "2 x seq x heads x (d_qk + d_v)) + 2 x hidden x vocab]  (Megatron/NeMo convention: "
+                "non-causal attention, top-k experts, no recompute)")

@@ -1,0 +1,280 @@
+"""The projection oracle: memory + iteration time for one RunConfig (paper Eq. 1).
+
+    iteration = pipeline makespan (per-stage F/B/W from the layer model, P2P on the edges)
+              + exposed data-parallel gradient sync (expert part on the critical path when EP > 1)
+              + exposed distributed-optimizer parameter all-gather
+              + exposed FSDP reduce-scatter
+              + optimizer step (bytes over HBM bandwidth)
+
+Layer times come from a swappable source (``LayerTimeSource``): simulate mode prices them
+analytically (oracle.compute); benchmark mode (measured torch layers) plugs in the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from oracle.comm import CommModel, Topology
+from oracle.compute import BF16, DP_BUCKET_ELEMS, FP32, LayerModel
+from oracle.config import RunConfig
+from oracle.errors import BenchmarkError, InvalidConfigError
+from oracle.flops import FLOP_FORMULA, model_flops_per_token
+from oracle.gemm import memory_bound_time_s
+from oracle.hardware import HardwareProfile
+from oracle.layout import Layout
+from oracle.memory import project_memory, rank_param_counts
+from oracle.pipeline import StageCosts, run_schedule, splits_backward
+from oracle.results import CommTerm, Projection, TimeBreakdown
+
+MODES = ("simulate", "benchmark", "both")
+# FSDP per-phase overlap ceilings (paper App. B.4): forward all-gather, recompute all-gather, reduce-scatter.
+FSDP_CEIL_AG, FSDP_CEIL_RECOMPUTE_AG, FSDP_CEIL_RS = 0.95, 0.93, 0.92
+# Adam step traffic per parameter shard: read fp32 master, grad, m, v (16 B), write master, m, v (12 B)
+# and the bf16 weight (2 B), plus a grad-norm pass (4 B) — multi-tensor-apply kernels are HBM bound.
+OPTIMIZER_BYTES_PER_PARAM = 34
+
+
+@lru_cache(maxsize=256)
+def comm_model(hw: HardwareProfile, num_gpus: int) -> CommModel:
+    return CommModel(Topology.from_profile(hw, num_gpus))
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    f: float
+    b: float
+    w: float
+    f_compute: float
+    b_compute: float
+    w_compute: float
+    recompute: float
+    comm_exposed: dict[str, float]
+    comm_total: dict[str, float]
+
+
+def _add(d: dict[str, float], k: str, v: float) -> None:
+    if v:
+        d[k] = d.get(k, 0.0) + v
+
+
+def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: int) -> _Chunk:
+    m, t = run.model, run.training
+    layers = L.stage_layers[rank][chunk]
+    n_rec = 0
+    if t.recompute == "full":
+        n_rec = len(layers) if t.recompute_num_layers is None else min(t.recompute_num_layers, len(layers))
+    f = b = w = rec = 0.0
+    exp: dict[str, float] = {}
+    tot: dict[str, float] = {}
+    for j, i in enumerate(layers):
+        window = m.sliding_window if m.uses_window(i) else None
+        c = lm.layer(m.layer_kinds[i], window)
+        f += c.f_s
+        b += c.b_s
+        w += c.w_s
+        for k, part in c.comm.items():
+            _add(exp, k, part.f_exposed_s + part.b_exposed_s)
+            _add(tot, k, part.f_total_s + part.b_total_s)
+        if j < n_rec:  # full recompute replays the layer forward (incl. its TP/CP/EP comm) before B
+            rec += c.f_s + c.f_exposed_comm_s
+            for k, part in c.comm.items():
+                _add(exp, k, part.f_exposed_s)
+                _add(tot, k, part.f_total_s)
+        elif t.recompute == "selective":
+            rec += c.attn_f_s
+    comm_f = sum(lm.layer(m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None).f_exposed_comm_s
+                  for i in layers)
+    comm_b = sum(exp.values()) - comm_f
+    if L.has_embedding(rank, chunk):
+        ef, eb = lm.embedding()
+        f += ef
+        b += eb
+    if L.has_output(rank, chunk):
+        of, ob, ow = lm.output()
+        f, b, w = f + of, b + ob, w + ow
+        if m.mtp_layers:  # MTP modules: one extra decoder layer + output head each (DeepSeek-V3)
+            kind = "moe" if m.is_moe else "dense"
+            c = lm.layer(kind, None)
+            f += m.mtp_layers * (c.f_s + of)
+            b += m.mtp_layers * (c.b_s + ob)
+            w += m.mtp_layers * (c.w_s + ow)
+    return _Chunk(f=f + comm_f, b=b + rec + comm_b, w=w, f_compute=f, b_compute=b, w_compute=w,
+                  recompute=rec, comm_exposed=exp, comm_total=tot)
+
+
+def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float], str]:
+    """P2P time of each virtual-stage boundary v -> v+1 (activation forward, gradient backward)."""
+    t, m = run.training, run.model
+    n_virtual = t.pp * t.vpp
+    if t.pp == 1:
+        return [0.0] * max(0, n_virtual - 1), ""
+    tokens = t.mbs * t.seq_len // t.cp // (t.tp if t.sp else 1)
+    nbytes = BF16 * tokens * m.hidden_size
+    stride = run.cluster.num_gpus // t.pp
+    owner = {}
+    for r in range(t.pp):
+        for c in range(t.vpp):
+            owner[L.virtual_stage(r, c)] = r
+    edges = []
+    algo = ""
+    for v in range(n_virtual - 1):
+        a, b = owner[v], owner[v + 1]
+        if a == b:
+            edges.append(0.0)
+            continue
+        cost = comm.p2p_between(a * stride, b * stride, nbytes)
+        edges.append(cost.time_s)
+        algo = cost.algorithm
+    return edges, algo
+
+
+class LayerTimeSource:
+    """Where layer times come from. Simulate mode: the analytical LayerModel."""
+
+    name = "simulate"
+    tag = "analytical"
+
+    def layer_model(self, L: Layout, comm: CommModel) -> LayerModel:
+        return LayerModel(L, comm)
+
+
+def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource | None = None) -> Projection:
+    """Project memory and throughput of ``run`` (already legality-checked by RunConfig)."""
+    if mode not in MODES:
+        raise InvalidConfigError(f"mode={mode!r} is not one of {' | '.join(MODES)}")
+    if mode != "simulate" and source is None:
+        raise BenchmarkError(f"mode={mode} needs benchmark mode (measured torch layer times), which is not "
+                             f"available in this version yet; use --mode simulate")
+    src = source or LayerTimeSource()
+    t, m, hw = run.training, run.model, run.cluster.hardware
+    n = run.cluster.num_gpus
+    L = Layout(run)
+    comm = comm_model(hw, n)
+    lm = src.layer_model(L, comm)
+    pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
+    chunks = [[_chunk_costs(run, L, lm, r, c) for c in range(vpp)] for r in range(pp)]
+    split = splits_backward(t.schedule)
+    edges, p2p_algo = _p2p_edges(run, L, comm)
+    if split:
+        costs = StageCosts(f_s=tuple(tuple(c.f for c in row) for row in chunks),
+                           b_s=tuple(tuple(c.b for c in row) for row in chunks),
+                           w_s=tuple(tuple(c.w for c in row) for row in chunks), p2p_s=tuple(edges))
+    else:
+        costs = StageCosts(f_s=tuple(tuple(c.f for c in row) for row in chunks),
+                           b_s=tuple(tuple(c.b + c.w for c in row) for row in chunks),
+                           w_s=tuple(tuple(0.0 for _ in row) for row in chunks), p2p_s=tuple(edges))
+    if pp == 1:
+        per_mb = sum(c.f + c.b + c.w for c in chunks[0])
+        makespan = mb * per_mb
+        busy = [makespan]
+        in_flight = None
+        p2p_total = 0.0
+    else:
+        res = run_schedule(t.schedule, pp, vpp, mb, costs)
+        makespan = res.makespan_s
+        busy = list(res.busy_s)
+        in_flight = [c / vpp for c in res.peak_in_flight]
+        p2p_total = 2 * mb * sum(edges)
+    crit = max(range(pp), key=lambda r: busy[r])
+    memory = project_memory(run, in_flight=in_flight)
+
+    # ---------------- data-parallel gradient sync, parameter gather, FSDP, optimizer
+    terms: list[CommTerm] = []
+    exp_comm: dict[str, float] = {}
+    tot_comm: dict[str, float] = {}
+    for c in chunks[crit]:
+        for k, v in c.comm_exposed.items():
+            _add(exp_comm, k, mb * v)
+        for k, v in c.comm_total.items():
+            _add(tot_comm, k, mb * v)
+    last_mb_bwd = sum(c.b + c.w for c in chunks[crit])
+    first_mb_fwd = sum(c.f for c in chunks[crit])
+    dense_p, expert_p = rank_param_counts(run, crit)
+    dp_cp = L.dp * t.cp
+    extra_exposed = 0.0
+    grad_terms = []
+    if t.fsdp:
+        # ZeRO-3: per micro-batch all-gather of each layer's bf16 weights (fwd and again in bwd),
+        # reduce-scatter of fp32 grads once; overlap = min(1, compute/comm) x ceiling (paper App. B.4)
+        ag = comm.cost("all_gather", L.group("dp_cp"), BF16 * dense_p) if dp_cp > 1 else None
+        ag_e = comm.cost("all_gather", L.group("edp"), BF16 * expert_p) if expert_p and L.edp > 1 else None
+        ag_t = (ag.time_s if ag else 0.0) + (ag_e.time_s if ag_e else 0.0)
+        ceil_b = FSDP_CEIL_RECOMPUTE_AG if t.recompute == "full" else FSDP_CEIL_AG
+        ov_f = min(1.0, first_mb_fwd / ag_t) * FSDP_CEIL_AG if ag_t else 1.0
+        ov_b = min(1.0, last_mb_bwd / ag_t) * ceil_b if ag_t else 1.0
+        fsdp_ag_total = mb * 2 * ag_t
+        fsdp_ag_exposed = mb * ag_t * ((1 - ov_f) + (1 - ov_b))
+        terms.append(CommTerm(kind="fsdp_ag", total_s=fsdp_ag_total, exposed_s=fsdp_ag_exposed,
+                              algorithm=ag.algorithm if ag else ""))
+        extra_exposed += fsdp_ag_exposed
+        rs = comm.cost("reduce_scatter", L.group("dp_cp"), FP32 * dense_p) if dp_cp > 1 else None
+        rs_e = comm.cost("reduce_scatter", L.group("edp"), FP32 * expert_p) if expert_p and L.edp > 1 else None
+        rs_t = (rs.time_s if rs else 0.0) + (rs_e.time_s if rs_e else 0.0)
+        ov_rs = min(1.0, last_mb_bwd / rs_t) * FSDP_CEIL_RS if rs_t else 1.0
+        rs_exp = rs_t * (1 - ov_rs)
+        terms.append(CommTerm(kind="fsdp_rs", total_s=rs_t, exposed_s=rs_exp, algorithm=rs.algorithm if rs else ""))
+        extra_exposed += rs_exp
+    else:
+        kind = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
+        g = comm.cost(kind, L.group("dp_cp"), FP32 * dense_p) if dp_cp > 1 and dense_p else None
+        ge = comm.cost(kind, L.group("edp"), FP32 * expert_p) if L.edp > 1 and expert_p else None
+        g_t = g.time_s if g else 0.0
+        ge_t = ge.time_s if ge else 0.0
+        if t.overlap_grad_reduce:
+            # buckets reduce as the last micro-batch's backward produces them; the last bucket is exposed
+            last_bucket = g_t * min(1.0, DP_BUCKET_ELEMS / dense_p) if dense_p else 0.0
+            g_exp = max(g_t - last_mb_bwd, last_bucket)
+            # expert grads: A2A barriers keep them off the overlap window when EP > 1 (paper App. B.3)
+            ge_exp = ge_t if t.ep > 1 else max(0.0, ge_t - max(0.0, last_mb_bwd - g_t))
+        else:
+            g_exp, ge_exp = g_t, ge_t
+        terms.append(CommTerm(kind="dp_grad", total_s=g_t, exposed_s=g_exp, algorithm=g.algorithm if g else ""))
+        if expert_p:
+            terms.append(CommTerm(kind="expert_grad", total_s=ge_t, exposed_s=ge_exp,
+                                  algorithm=ge.algorithm if ge else ""))
+        extra_exposed += g_exp + ge_exp
+        if t.use_distributed_optimizer:
+            pg = comm.cost("all_gather", L.group("dp_cp"), BF16 * dense_p) if dp_cp > 1 and dense_p else None
+            pge = comm.cost("all_gather", L.group("edp"), BF16 * expert_p) if L.edp > 1 and expert_p else None
+            pg_t = (pg.time_s if pg else 0.0) + (pge.time_s if pge else 0.0)
+            pg_exp = max(0.0, pg_t - first_mb_fwd) if t.overlap_param_gather else pg_t
+            terms.append(CommTerm(kind="dp_param_gather", total_s=pg_t, exposed_s=pg_exp,
+                                  algorithm=pg.algorithm if pg else ""))
+            extra_exposed += pg_exp
+    shard_dense = dense_p / dp_cp if (t.use_distributed_optimizer or t.fsdp) else dense_p
+    shard_exp = expert_p / L.edp if (t.use_distributed_optimizer or t.fsdp) else expert_p
+    optimizer_s = memory_bound_time_s(hw, OPTIMIZER_BYTES_PER_PARAM * (shard_dense + shard_exp), 8)
+
+    for k in sorted(set(tot_comm) | set(exp_comm)):
+        terms.append(CommTerm(kind=k, total_s=tot_comm.get(k, 0.0), exposed_s=exp_comm.get(k, 0.0),
+                              algorithm=""))
+    if pp > 1:
+        terms.append(CommTerm(kind="pp_p2p", total_s=p2p_total, exposed_s=0.0, algorithm=p2p_algo))
+
+    iteration = makespan + extra_exposed + optimizer_s
+    tokens = t.gbs * t.seq_len
+    tps = tokens / iteration / n
+    flops_tok = model_flops_per_token(m, t.seq_len)
+    tflops = tps * flops_tok / 1e12
+    peak = hw.peak_flops("fp8" if t.precision == "fp8" else "bf16")
+    compute = mb * sum(c.f_compute + c.b_compute + c.w_compute for c in chunks[crit])
+    recompute = mb * sum(c.recompute for c in chunks[crit])
+    bubble = max(0.0, makespan - busy[crit])
+    breakdown = TimeBreakdown(compute_s=compute, recompute_s=recompute, bubble_s=bubble, optimizer_s=optimizer_s,
+                              comm=tuple(terms), sources={"compute": src.tag, "recompute": src.tag,
+                                                          "comm": "analytical", "bubble": "analytical",
+                                                          "optimizer": "analytical"})
+    details: dict[str, Any] = {
+        "schedule": t.schedule, "num_microbatches": mb, "dp": L.dp, "edp": L.edp,
+        "critical_rank": crit, "flop_formula": FLOP_FORMULA, "model_flops_per_token": flops_tok,
+        "mfu_peak": f"{'fp8' if t.precision == 'fp8' else 'bf16'} dense peak of {hw.name}",
+        "stage_times_s": [[{"f": c.f, "b": c.b, "w": c.w} for c in row] for row in chunks],
+        "makespan_s": makespan,
+    }
+    warnings = []
+    if not memory.fits:
+        warnings.append(f"does not fit: peak {memory.peak_bytes / 2**30:.1f} GiB > cap {memory.cap_bytes / 2**30:.1f} GiB")
+    return Projection(config=run.to_dict(), mode=mode, memory=memory, iteration_time_s=iteration,
+                      tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak,
+                      breakdown=breakdown, warnings=tuple(warnings), details=details)

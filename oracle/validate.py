@@ -1,0 +1,174 @@
+"""``validate``: project every row of a published-measurement CSV and score the projection.
+
+Columns (as ../shared/validation/calibration.csv): id, group, model, hardware, num_gpus, the training
+keys of the config file, measured_tokens_per_s_per_gpu, measured_tflops_per_gpu, measured_peak_mem_gib
+(+ optional source, quality, notes). An empty training cell takes the config default and is listed
+in the row's ``assumed``; a row that cannot be expressed is kept with its ``skipped`` reason.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oracle.config import RunConfig, TrainingConfig
+from oracle.errors import InvalidConfigError, PrimusError
+
+REQUIRED_COLUMNS = ("id", "model", "hardware", "num_gpus")
+MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_peak_mem_gib")
+INFO_COLUMNS = ("group", "source", "quality", "notes")
+TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
+
+
+@dataclass
+class RowResult:
+    id: str
+    group: str
+    quality: str
+    quantity: str | None
+    measured: float | None
+    projected: float | None
+    error: float | None
+    skipped: str | None
+    fits: bool | None
+    projected_peak_gib: float | None
+    measured_peak_mem_gib: float | None
+    assumed: list[str] = field(default_factory=list)
+    projection: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("id", "group", "quality", "quantity", "measured", "projected",
+                                              "error", "skipped", "fits", "projected_peak_gib",
+                                              "measured_peak_mem_gib", "assumed")}
+
+
+def _num(v: str) -> float | None:
+    v = (v or "").strip()
+    if not v:
+        return None
+    return float(v)
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    p = Path(path)
+    if not p.exists():
+        raise InvalidConfigError(f"CSV {str(p)!r} does not exist")
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            rows = list(reader)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"CSV {str(p)!r} is malformed: {exc}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InvalidConfigError(f"CSV {str(p)!r} lacks required column(s) {', '.join(missing)}; "
+                                 f"header is: {', '.join(header) or '(empty)'}")
+    if not any(c in header for c in MEASURED_COLUMNS[:2]):
+        raise InvalidConfigError(f"CSV {str(p)!r} needs measured_tokens_per_s_per_gpu or measured_tflops_per_gpu")
+    for i, r in enumerate(rows):
+        if None in r:  # more cells than header columns
+            raise InvalidConfigError(f"CSV {str(p)!r} row {i + 2} has {len(header) + len(r[None])} cells "
+                                     f"but the header has {len(header)}")
+    return rows
+
+
+def row_to_run(row: dict[str, str]) -> tuple[RunConfig | None, list[str], str | None]:
+    """(run, assumed keys, skip reason) for one CSV row."""
+    training: dict[str, Any] = {}
+    assumed = []
+    for k in TRAINING_KEYS:
+        v = (row.get(k) or "").strip()
+        if v == "":
+            if k in ("seq_len", "gbs"):
+                return None, assumed, f"{k} is not published for this row (no default exists)"
+            if k in row:
+                assumed.append(k)
+            continue
+        training[k] = v
+    ng = (row.get("num_gpus") or "").strip()
+    if not ng:
+        return None, assumed, "num_gpus is not published"
+    try:
+        num_gpus = int(float(ng))
+    except ValueError:
+        return None, assumed, f"num_gpus={ng!r} is not a number"
+    data = {"model": row["model"].strip(), "cluster": {"hardware": row["hardware"].strip(), "num_gpus": num_gpus},
+            "training": training}
+    try:
+        run = RunConfig.from_dict(data, where=f"row {row.get('id')}")
+    except PrimusError as exc:
+        return None, assumed, "; ".join(str(exc).splitlines())
+    return run, assumed, None
+
+
+def validate_rows(rows: list[dict[str, str]], project_fn=None) -> list[RowResult]:
+    if project_fn is None:
+        from oracle.projector import project as project_fn
+    out = []
+    for row in rows:
+        rid = row.get("id", "").strip()
+        group = (row.get("group") or "").strip()
+        quality = (row.get("quality") or "").strip()
+        try:
+            tps = _num(row.get("measured_tokens_per_s_per_gpu", ""))
+            tfl = _num(row.get("measured_tflops_per_gpu", ""))
+            mem = _num(row.get("measured_peak_mem_gib", ""))
+        except ValueError as exc:
+            out.append(RowResult(rid, group, quality, None, None, None, None, f"bad measured value: {exc}",
+                                 None, None, None))
+            continue
+        quantity = "tokens_per_s_per_gpu" if tps is not None else ("tflops_per_gpu" if tfl is not None else None)
+        measured = tps if tps is not None else tfl
+        run, assumed, skip = row_to_run(row)
+        if quantity is None and skip is None:
+            skip = "no measured throughput in this row"
+        if skip is not None:
+            out.append(RowResult(rid, group, quality, quantity, measured, None, None, skip, None, None, mem, assumed))
+            continue
+        proj = project_fn(run)
+        projected = proj.tokens_per_s_per_gpu if quantity == "tokens_per_s_per_gpu" else proj.tflops_per_gpu
+        err = projected / measured - 1.0 if measured else None
+        out.append(RowResult(rid, group, quality, quantity, measured, projected, err, None, proj.fits,
+                             proj.memory.peak_bytes / 2**30, mem, assumed, proj))
+    return out
+
+
+def _rank_stats(pairs: list[tuple[float, float]]) -> dict[str, float | None]:
+    from scipy.stats import kendalltau, spearmanr
+    if len(pairs) < 3:
+        return {"spearman": None, "kendall": None, "regret": None}
+    meas = [p[0] for p in pairs]
+    proj = [p[1] for p in pairs]
+    rho = spearmanr(meas, proj).statistic
+    tau = kendalltau(meas, proj).statistic
+    pick = max(range(len(pairs)), key=lambda i: proj[i])
+    regret = 1.0 - meas[pick] / max(meas)
+    return {"spearman": float(rho), "kendall": float(tau), "regret": float(regret)}
+
+
+def _abs_stats(errs: list[float]) -> dict[str, Any]:
+    a = [abs(e) for e in errs]
+    return {"n": len(a), "median_abs_error": statistics.median(a) if a else None,
+            "mean_abs_error": statistics.fmean(a) if a else None, "max_abs_error": max(a) if a else None}
+
+
+def summarize(results: list[RowResult]) -> dict[str, Any]:
+    done = [r for r in results if r.skipped is None and r.error is not None]
+    groups: dict[str, Any] = {}
+    for g in sorted({r.group for r in done}):
+        rs = [r for r in done if r.group == g]
+        same_q = len({r.quantity for r in rs}) == 1
+        stats = _abs_stats([r.error for r in rs])
+        stats.update(_rank_stats([(r.measured, r.projected) for r in rs]) if same_q else
+                     {"spearman": None, "kendall": None, "regret": None})
+        stats["quality"] = "".join(sorted({r.quality for r in rs}))
+        groups[g] = stats
+    by_quality = {q: _abs_stats([r.error for r in done if r.quality == q]) for q in sorted({r.quality for r in done})}
+    ab = [r.error for r in done if r.quality in ("A", "B")]
+    summary = {"all": _abs_stats([r.error for r in done]), "quality_AB": _abs_stats(ab), "by_quality": by_quality,
+               "skipped": sum(1 for r in results if r.skipped), "rows": len(results)}
+    return {"summary": summary, "groups": groups}

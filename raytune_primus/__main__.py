@@ -1,0 +1,3 @@
+from raytune_primus.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,248 @@
+"""``raytune-primus`` command line (also ``python -m raytune_primus``).
+
+Bad input never shows a traceback: every PrimusError is printed one problem per line on stderr
+and the command exits 2. Ray is imported only by the commands that need it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from oracle.errors import PrimusError
+
+EXIT_USAGE = 2
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    return str(o)
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=_json_default))
+
+
+# ---------------------------------------------------------------------- project
+def cmd_project(args: argparse.Namespace) -> int:
+    from oracle.config import RunConfig
+    from oracle.projector import project
+    from raytune_primus.report import projection_table
+
+    run = RunConfig.load(args.config, args.set)
+    proj = project(run, mode=args.mode)
+    if args.compare_schedules or args.gantt:
+        from raytune_primus.schedules import compare_schedules_table, draw_run_gantt
+        if args.gantt:
+            draw_run_gantt(run, args.gantt)
+        if args.compare_schedules:
+            rows, text = compare_schedules_table(run)
+            if args.format == "json":
+                _print_json({"projection": proj.to_dict(), "schedules": rows})
+                return 0
+            print(projection_table(proj))
+            print()
+            print(text)
+            return 0
+    if args.format == "json":
+        _print_json(proj.to_dict())
+    else:
+        print(projection_table(proj))
+        if args.gantt:
+            print(f"\ngantt chart written to {args.gantt}")
+    return 0
+
+
+# ---------------------------------------------------------------------- validate
+def cmd_validate(args: argparse.Namespace) -> int:
+    from oracle.validate import read_rows, summarize, validate_rows
+    from raytune_primus.report import table
+
+    results = validate_rows(read_rows(args.csv))
+    agg = summarize(results)
+    if args.plot:
+        from raytune_primus.plots import plot_validation
+        plot_validation(results, args.plot)
+    if args.format == "json":
+        _print_json({"rows": [r.to_dict() for r in results], **agg})
+        return 0
+    rows = []
+    for r in results:
+        if r.skipped:
+            continue
+        rows.append([r.id, r.group[:28], r.quality, "tok/s" if r.quantity == "tokens_per_s_per_gpu" else "TFLOP/s",
+                     f"{r.measured:,.0f}", f"{r.projected:,.0f}", f"{100 * r.error:+.1f}%",
+                     "yes" if r.fits else "NO", f"{r.projected_peak_gib:,.1f}", ",".join(r.assumed)[:40]])
+    print(table(rows, ["id", "group", "q", "quantity", "measured", "projected", "error", "fits", "peak GiB",
+                       "assumed (defaults)"], "lllrrrrrrl"))
+    skipped = [r for r in results if r.skipped]
+    if skipped:
+        print(f"\nrows not projected ({len(skipped)}):")
+        for r in skipped:
+            print(f"  {r.id}: {r.skipped}")
+    print("\nper group:")
+    grows = []
+    for g, s in agg["groups"].items():
+        def pct(x):
+            return "-" if x is None else f"{100 * x:.1f}%"
+
+        def f3(x):
+            return "-" if x is None else f"{x:.3f}"
+        grows.append([g[:50], s["quality"], str(s["n"]), pct(s["median_abs_error"]), pct(s["mean_abs_error"]),
+                      pct(s["max_abs_error"]), f3(s["spearman"]), f3(s["kendall"]), pct(s["regret"])])
+    print(table(grows, ["group", "q", "n", "median|err|", "mean|err|", "max|err|", "spearman", "kendall", "regret"],
+                "llrrrrrrr"))
+    s = agg["summary"]
+    for key, label in (("quality_AB", "quality A/B rows"), ("all", "all projected rows")):
+        x = s[key]
+        if x["n"]:
+            print(f"\n{label}: n={x['n']}  median |error| {100 * x['median_abs_error']:.1f}%  "
+                  f"mean |error| {100 * x['mean_abs_error']:.1f}%  max |error| {100 * x['max_abs_error']:.1f}%")
+    if args.plot:
+        print(f"\nplot written to {args.plot}")
+    return 0
+
+
+# ---------------------------------------------------------------------- hardware / models
+def cmd_hardware(args: argparse.Namespace) -> int:
+    from oracle.hardware import bundled_hardware, load_hardware
+    from raytune_primus.report import table
+
+    if args.action == "list":
+        rows = []
+        for name in bundled_hardware():
+            h = load_hardware(name)
+            rows.append([name, h.vendor, f"{h.peak_flops_per_s['bf16'] / 1e12:,.0f}",
+                         f"{h.peak_flops_per_s['fp8'] / 1e12:,.0f}" if h.supports("fp8") else "-",
+                         f"{h.hbm_capacity_bytes / 2**30:,.0f}", f"{h.hbm_bandwidth_bytes_per_s / 1e9:,.0f}",
+                         str(h.gpus_per_node), str(h.scale_up_domain_size)])
+        print(table(rows, ["name", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s", "GPUs/node",
+                           "scale-up"], "llrrrrrr"))
+        return 0
+    if not args.name:
+        raise _usage("hardware show needs a NAME (see `raytune-primus hardware list`)")
+    h = load_hardware(args.name)
+    info = {"name": h.name, "vendor": h.vendor, "arch": h.arch, "description": h.description,
+            "peak_tflops": {k: v / 1e12 for k, v in h.peak_flops_per_s.items()},
+            "num_compute_units": h.num_compute_units, "hbm_capacity_gib": h.hbm_capacity_bytes / 2**30,
+            "hbm_bandwidth_gb_per_s": h.hbm_bandwidth_bytes_per_s / 1e9,
+            "runtime_reserved_gib": h.runtime_reserved_bytes / 2**30, "memory_cap_gib": h.memory_cap_bytes / 2**30,
+            "gpus_per_node": h.gpus_per_node, "scale_up_domain_size": h.scale_up_domain_size,
+            "scale_up_gb_per_s": h.scale_up_bandwidth_bytes_per_s / 1e9,
+            "scale_out_gb_per_s": h.scale_out_bandwidth_bytes_per_s / 1e9,
+            "efficiency": {k: {"value": getattr(h.efficiency, k), "source": h.efficiency_sources.get(k, "")}
+                           for k in h.efficiency_sources}, "sources": h.sources}
+    _print_json(info)
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from oracle.model_card import bundled_models, load_model
+    from raytune_primus.report import table
+
+    if args.action == "list":
+        rows = []
+        for name in bundled_models():
+            c = load_model(name)
+            rows.append([name, "moe" if c.is_moe else "dense", c.attention, str(c.num_layers), str(c.hidden_size),
+                         f"{c.total_params() / 1e9:,.1f}", f"{c.active_params() / 1e9:,.1f}",
+                         "-" if c.published_params_billion is None else f"{c.published_params_billion:,.1f}"])
+        print(table(rows, ["name", "type", "attn", "layers", "hidden", "params B", "active B", "published B"],
+                    "lllrrrrr"))
+        return 0
+    if args.action == "import":
+        if not args.name:
+            raise _usage("models import needs a path to a Hugging Face config.json")
+        from oracle.hf_import import card_from_hf_config, card_to_yaml
+        from oracle.yamlio import load_mapping
+        path = Path(args.name)
+        card = card_from_hf_config(load_mapping(path, "Hugging Face config"), name=args.card_name or path.parent.name or path.stem)
+        text = card_to_yaml(card)
+        if args.output:
+            Path(args.output).write_text(text)
+            print(f"wrote {args.output}: {card.name}, {card.total_params() / 1e9:,.2f} B parameters")
+        else:
+            print(text)
+        return 0
+    if not args.name:
+        raise _usage("models show needs a NAME (see `raytune-primus models list`)")
+    c = load_model(args.name)
+    d = c.to_dict()
+    d["total_params_billion"] = c.total_params() / 1e9
+    d["active_params_billion"] = c.active_params() / 1e9
+    _print_json(d)
+    return 0
+
+
+# ---------------------------------------------------------------------- plumbing
+class _UsageError(PrimusError):
+    pass
+
+
+def _usage(msg: str) -> _UsageError:
+    return _UsageError(msg)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raytune-primus", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    pj = sub.add_parser("project", help="project memory and throughput of one config file")
+    pj.add_argument("config", help="YAML or JSON config (sections model, cluster, training)")
+    pj.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a key, e.g. training.tp=8 (repeatable)")
+    pj.add_argument("--mode", default="simulate", choices=["simulate", "benchmark", "both"])
+    pj.add_argument("--format", default="table", choices=["table", "json"])
+    pj.add_argument("--compare-schedules", action="store_true", help="project every applicable pipeline schedule")
+    pj.add_argument("--gantt", metavar="FILE.png", help="draw the pipeline schedule")
+    pj.set_defaults(func=cmd_project)
+
+    va = sub.add_parser("validate", help="project every row of a measurement CSV and score the errors")
+    va.add_argument("csv")
+    va.add_argument("--format", default="table", choices=["table", "json"])
+    va.add_argument("--plot", metavar="FILE.png")
+    va.set_defaults(func=cmd_validate)
+
+    hw = sub.add_parser("hardware", help="list or show hardware profiles")
+    hw.add_argument("action", choices=["list", "show"])
+    hw.add_argument("name", nargs="?")
+    hw.set_defaults(func=cmd_hardware)
+
+    mo = sub.add_parser("models", help="list, show or import model cards")
+    mo.add_argument("action", choices=["list", "show", "import"])
+    mo.add_argument("name", nargs="?", help="card name (show) or config.json path (import)")
+    mo.add_argument("-o", "--output", help="import: write the card YAML here")
+    mo.add_argument("--card-name", help="import: name of the new card")
+    mo.set_defaults(func=cmd_models)
+
+    try:
+        from raytune_primus.search_cli import add_search_commands
+    except ImportError:  # search commands not installed in this build
+        pass
+    else:
+        add_search_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PrimusError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

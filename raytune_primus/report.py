@@ -1,0 +1,82 @@
+"""Human-readable tables for projections and validation results (plain text, aligned)."""
+from __future__ import annotations
+
+from typing import Any
+
+from oracle.results import GIB, MemoryNode, Projection
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    return str(v)
+
+
+def table(rows: list[list[Any]], header: list[str] | None = None, align: str | None = None) -> str:
+    cells = [[_fmt(c) if not isinstance(c, str) else c for c in r] for r in rows]
+    if header:
+        cells = [header] + cells
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    align = align or ("l" + "r" * (len(widths) - 1))
+    lines = []
+    for j, r in enumerate(cells):
+        parts = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)]
+        lines.append("  ".join(parts).rstrip())
+        if header and j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _tree_lines(node: MemoryNode, depth: int, out: list[list[str]]) -> None:
+    out.append(["  " * depth + node.name, f"{node.params / 1e9:,.4f}", f"{node.activation_bytes / GIB:,.3f}"])
+    for c in node.children:
+        _tree_lines(c, depth + 1, out)
+
+
+def projection_table(p: Projection) -> str:
+    t = p.config["training"]
+    lines = [f"{p.config['model']} on {p.config['cluster']['num_gpus']} x {p.config['cluster']['hardware']}  "
+             f"(mode {p.mode})",
+             "training: " + " ".join(f"{k}={v}" for k, v in t.items() if v is not None), ""]
+    m = p.memory
+    w = m.worst
+    lines.append(f"memory per GPU (worst stage = pipeline rank {w.rank}):  "
+                 f"{'FITS' if m.fits else 'DOES NOT FIT'}  peak {m.peak_bytes / GIB:,.2f} GiB  "
+                 f"cap {m.cap_bytes / GIB:,.2f} GiB  (HBM {m.hbm_bytes / GIB:,.1f} - reserve "
+                 f"{m.runtime_reserved_bytes / GIB:,.1f}) x 0.9")
+    rows = [["parameters", w.params_bytes / GIB], ["gradients", w.grads_bytes / GIB],
+            ["optimizer state", w.optimizer_bytes / GIB],
+            [f"activations ({w.in_flight_microbatches:g} micro-batches in flight)", w.activations_bytes / GIB],
+            ["other (buffers)", w.other_bytes / GIB], ["total", w.total_bytes / GIB]]
+    lines.append(table([[r[0], f"{r[1]:,.2f}"] for r in rows], ["bucket", "GiB"]))
+    if len(m.stages) > 1:
+        lines.append("")
+        lines.append(table([[f"rank {s.rank}", f"{s.total_bytes / GIB:,.2f}", f"{s.activations_bytes / GIB:,.2f}",
+                             f"{s.in_flight_microbatches:g}"] for s in m.stages],
+                           ["stage", "total GiB", "activations GiB", "in flight"]))
+    if w.tree is not None:
+        tree: list[list[str]] = []
+        _tree_lines(w.tree, 0, tree)
+        lines += ["", "memory tree of the worst stage (params in billions, activations per micro-batch in GiB):",
+                  table(tree, ["module", "params (B)", "act GiB"], "lrr")]
+    lines.append("")
+    if p.iteration_time_s is None:
+        lines.append("throughput: not projected in this mode")
+    else:
+        lines.append(f"throughput: {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU   {p.tflops_per_gpu:,.1f} TFLOP/s/GPU   "
+                     f"MFU {100 * p.mfu:.1f}%   iteration {p.iteration_time_s:.3f} s   "
+                     f"schedule {p.details.get('schedule')}  micro-batches {p.details.get('num_microbatches')}")
+        b = p.breakdown
+        rows = [["compute (fwd+bwd)", b.compute_s, "", b.sources.get("compute", "")],
+                ["recompute", b.recompute_s, "", b.sources.get("recompute", "")],
+                ["pipeline bubble", b.bubble_s, "", "analytical"]]
+        for c in b.comm:
+            rows.append([f"comm {c.kind}" + (f" [{c.algorithm}]" if c.algorithm else ""), c.exposed_s, c.total_s, c.source])
+        rows.append(["optimizer step", b.optimizer_s, "", b.sources.get("optimizer", "")])
+        lines.append(table([[r[0], f"{r[1]:.4f}", f"{r[2]:.4f}" if r[2] != "" else "", r[3]] for r in rows],
+                           ["term (critical rank)", "exposed s", "total s", "source"], "lrrl"))
+    for wmsg in p.warnings:
+        lines.append(f"warning: {wmsg}")
+    return "\n".join(lines)

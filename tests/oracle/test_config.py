@@ -1,0 +1,155 @@
+"""Configuration model: strict parsing, overrides, round-trips and legality messages."""
+import json
+
+import pytest
+
+from oracle.config import RunConfig, TrainingConfig, apply_overrides
+from oracle.errors import InvalidConfigError, UnknownComponentError
+from oracle.layout import Layout
+from oracle.schema import from_dict
+
+BASE = {"model": "llama3.1-70b", "cluster": {"hardware": "h100-sxm", "num_gpus": 64},
+        "training": {"seq_len": 8192, "gbs": 128, "tp": 8, "pp": 2}}
+
+
+def make(**training):
+    d = json.loads(json.dumps(BASE))
+    d["training"].update(training)
+    return RunConfig.from_dict(d)
+
+
+def problems_of(**training):
+    with pytest.raises(InvalidConfigError) as ei:
+        make(**training)
+    return ei.value.problems
+
+
+def test_defaults_match_the_documented_training_section():
+    t = from_dict(TrainingConfig, {"seq_len": 8192, "gbs": 128}, "training")
+    assert (t.mbs, t.tp, t.pp, t.vpp, t.cp, t.ep, t.etp) == (1, 1, 1, 1, 1, 1, 1)
+    assert t.precision == "bf16" and t.fp8_activations is False and t.pp_schedule == "auto"
+    assert t.recompute == "none" and t.recompute_num_layers is None
+    assert t.use_distributed_optimizer is True and t.fsdp is False and t.sequence_parallel == "auto"
+    assert t.moe_a2a_backend == "alltoall" and t.overlap_grad_reduce and t.overlap_param_gather
+    assert t.moe_imbalance == 1.0
+
+
+def test_derived_layout():
+    run = make()
+    L = Layout(run)
+    assert L.dp == 4 and L.num_microbatches == 32
+    assert run.training.sp is True and run.training.schedule == "1f1b"
+    assert [len(c[0]) for c in L.stage_layers] == [40, 40]
+
+
+def test_round_trip_and_stable_key():
+    run = make(vpp=2)
+    again = RunConfig.from_dict(run.to_dict())
+    assert again.to_dict() == run.to_dict()
+    assert again.key() == run.key()
+    assert make(vpp=4).key() != run.key()
+
+
+def test_unknown_key_is_named_with_a_suggestion():
+    probs = problems_of(tpp=8)
+    assert any("unknown key 'tpp'" in p and "did you mean 'tp'" in p for p in probs)
+
+
+def test_num_nodes_alternative():
+    d = json.loads(json.dumps(BASE))
+    d["cluster"] = {"hardware": "h100-sxm", "num_nodes": 8}
+    assert RunConfig.from_dict(d).cluster.num_gpus == 64
+    d["cluster"]["num_gpus"] = 64
+    with pytest.raises(InvalidConfigError, match="exactly one of num_gpus or num_nodes"):
+        RunConfig.from_dict(d)
+
+
+@pytest.mark.parametrize("changes,needle", [
+    ({"tp": 3}, "tp*pp*cp = 3*2*1 = 6 does not divide 64 GPUs"),
+    ({"pp": 3}, "does not divide 64 GPUs"),
+    ({"pp": 2, "vpp": 3}, "not divisible by pp*vpp"),
+    ({"gbs": 98}, "gbs=98 is not divisible by mbs*dp = 1*4 = 4"),
+    ({"cp": 2, "seq_len": 8190}, "2*cp"),
+    ({"vpp": 2, "pp_schedule": "1f1b"}, "needs vpp=1"),
+    ({"vpp": 4, "pp_schedule": "zbv"}, "needs vpp=2"),
+    ({"ep": 2}, "needs a MoE model"),
+    ({"recompute_num_layers": 2}, "only applies with recompute=full"),
+    ({"fp8_activations": True}, "needs precision=fp8"),
+    ({"precision": "fp4"}, "precision='fp4' is not one of bf16 | fp8"),
+    ({"mbs": 0}, "must be >= 1"),
+    ({"tp": "eight"}, "must be an integer"),
+])
+def test_illegal_layouts_are_explained(changes, needle):
+    probs = problems_of(**changes)
+    assert any(needle in p for p in probs), probs
+
+
+def test_heads_must_divide_by_tp():
+    d = json.loads(json.dumps(BASE))
+    d["model"] = "llama2-13b"
+    d["training"].update(tp=16, pp=1, gbs=64)
+    with pytest.raises(InvalidConfigError, match="num_attention_heads=40 of llama2-13b is not divisible by tp=16"):
+        RunConfig.from_dict(d)
+
+
+def test_every_problem_is_reported_at_once():
+    probs = problems_of(tp=3, gbs=7)
+    assert len(probs) >= 3
+
+
+def test_fp8_needs_hardware_support():
+    d = json.loads(json.dumps(BASE))
+    d["cluster"]["hardware"] = "a100-80gb"
+    d["training"]["precision"] = "fp8"
+    with pytest.raises(InvalidConfigError, match="needs FP8 support"):
+        RunConfig.from_dict(d)
+
+
+def test_moe_checks():
+    d = {"model": "mixtral-8x22b", "cluster": {"hardware": "h100-sxm", "num_gpus": 64},
+         "training": {"seq_len": 4096, "gbs": 256, "ep": 16}}
+    with pytest.raises(InvalidConfigError, match="num_experts=8 of mixtral-8x22b is not divisible by ep=16"):
+        RunConfig.from_dict(d)
+
+
+def test_uneven_pipeline_stages():
+    d = json.loads(json.dumps(BASE))
+    d["training"].update(pp=4, tp=4, first_stage_layers=17, last_stage_layers=17)
+    run = RunConfig.from_dict(d)
+    assert [len(c[0]) for c in Layout(run).stage_layers] == [17, 23, 23, 17]
+    d["training"].update(first_stage_layers=18)
+    with pytest.raises(InvalidConfigError, match="do not split evenly"):
+        RunConfig.from_dict(d)
+
+
+def test_v_shape_stage_mapping():
+    run = make(pp=2, vpp=2, pp_schedule="zbv")
+    L = Layout(run)
+    assert L.has_embedding(0, 0) and L.has_output(0, 1)
+    assert L.stage_layers[0][0] == tuple(range(0, 20)) and L.stage_layers[0][1] == tuple(range(60, 80))
+
+
+def test_unknown_names_list_valid_ones():
+    d = json.loads(json.dumps(BASE))
+    d["model"] = "llama-9000"
+    with pytest.raises(InvalidConfigError, match="unknown model 'llama-9000'; valid: .*llama3.1-70b"):
+        RunConfig.from_dict(d)
+    with pytest.raises(UnknownComponentError):
+        from oracle.hardware import load_hardware
+        load_hardware("h1000")
+
+
+def test_overrides():
+    d = apply_overrides(BASE, ["training.tp=4", "pp=4", "cluster.num_nodes=4", "training.precision=fp8"])
+    assert d["training"]["tp"] == 4 and d["training"]["pp"] == 4 and d["training"]["precision"] == "fp8"
+    assert d["cluster"] == {"hardware": "h100-sxm", "num_nodes": 4}
+    assert BASE["training"]["tp"] == 8  # input untouched
+    with pytest.raises(InvalidConfigError, match="expected KEY=VALUE"):
+        apply_overrides(BASE, ["training.tp"])
+
+
+def test_list_where_mapping_belongs():
+    d = json.loads(json.dumps(BASE))
+    d["training"] = [1, 2]
+    with pytest.raises(InvalidConfigError, match="config.training must be a mapping"):
+        RunConfig.from_dict(d)
