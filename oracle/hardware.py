@@ -90,6 +90,9 @@ class HardwareProfile:
     """Per-GPU, per-direction scale-up bandwidth."""
     scale_up_latency_s: float
     """Scale-up hop latency."""
+    scale_up_topology: str = "switch"
+    """'switch' (NVSwitch: any subgroup gets full per-GPU bandwidth) or 'mesh' (AMD xGMI: a g-GPU
+    subgroup uses only (g-1)/(domain-1) of the per-GPU links)."""
     scale_out_bandwidth_bytes_per_s: float
     """Per-GPU, per-direction NIC bandwidth across scale-up domains."""
     scale_out_latency_s: float
@@ -108,6 +111,10 @@ class HardwareProfile:
     """Free text."""
     sources: dict[str, Any] = field(default_factory=dict)
     """Citations for the spec numbers."""
+
+    def __hash__(self) -> int:  # dict fields: hash the identifying scalars (used by lru_cache'd kernels)
+        return hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,
+                     tuple(sorted(self.peak_flops_per_s.items())), self.efficiency))
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak for ``dtype``; raises if the part has no such tensor-core path."""
@@ -131,7 +138,11 @@ _TOP = ["name", "vendor", "arch", "description", "compute", "memory", "network",
 _COMPUTE = ["peak_tflops", "num_compute_units"]
 _MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib"]
 _NETWORK = ["gpus_per_node", "scale_up", "scale_out", "inter_pod"]
-_LINK = ["domain_size", "pod_size", "bandwidth_gb_per_s", "latency_us"]
+_LINKS = {"scale_up": ["domain_size", "topology", "bandwidth_gb_per_s", "latency_us"],
+          "scale_out": ["bandwidth_gb_per_s", "latency_us"],
+          "inter_pod": ["pod_size", "bandwidth_gb_per_s", "latency_us"]}
+_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp6", "fp4", "int8")
+_FRACTIONS = ("gemm_bf16", "gemm_fp8", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus", "scale_out_bus")
 
 
 def _section(data: dict, key: str, where: str, problems: list[str], required: bool = True) -> dict:
@@ -147,7 +158,7 @@ def _section(data: dict, key: str, where: str, problems: list[str], required: bo
 
 
 def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool = True,
-         required: bool = True) -> float | None:
+         required: bool = True, integer: bool = False) -> float | None:
     if key not in sec or sec[key] is None:
         if required:
             problems.append(f"{where}: missing {key!r}")
@@ -155,6 +166,9 @@ def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool
     v = sec[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         problems.append(f"{where}.{key}={v!r} must be a number")
+        return None
+    if integer and not float(v).is_integer():
+        problems.append(f"{where}.{key}={v!r} must be a whole number")
         return None
     if positive and v <= 0:
         problems.append(f"{where}.{key}={v!r} must be > 0")
@@ -168,7 +182,11 @@ def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool
 def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None) -> HardwareProfile:
     """Parse and validate a profile mapping (human units) into a :class:`HardwareProfile`."""
     where = where or f"hardware profile {name!r}"
+    if not isinstance(data, dict):
+        raise HardwareProfileError(f"{where} must be a mapping, got a {type(data).__name__}")
     p: list[str] = unknown_key_problems(data, _TOP, where)
+    if "sources" in data and not isinstance(data["sources"], (dict, type(None))):
+        p.append(f"{where}.sources must be a mapping of label -> citation, got a {type(data['sources']).__name__}")
     comp = _section(data, "compute", where, p)
     mem = _section(data, "memory", where, p)
     net = _section(data, "network", where, p)
@@ -182,6 +200,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         p.append(f"{where}.compute.peak_tflops must be a mapping like {{bf16: 989, fp8: 1979}}")
     else:
         for dt, v in peaks_raw.items():
+            if dt not in _DTYPES:
+                p.append(f"{where}.compute.peak_tflops: unknown precision {dt!r}; valid: {', '.join(_DTYPES)}")
+                continue
             if v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
@@ -190,23 +211,29 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
                 peaks[str(dt)] = float(v) * TFLOPS
         if "bf16" not in peaks:
             p.append(f"{where}.compute.peak_tflops needs a bf16 entry")
-    ncu = _num(comp, "num_compute_units", f"{where}.compute", p)
+    ncu = _num(comp, "num_compute_units", f"{where}.compute", p, integer=True)
     cap = _num(mem, "hbm_capacity_gib", f"{where}.memory", p)
     bw = _num(mem, "hbm_bandwidth_gb_per_s", f"{where}.memory", p)
     reserve = _num(mem, "runtime_reserved_gib", f"{where}.memory", p, positive=False)
-    gpn = _num(net, "gpus_per_node", f"{where}.network", p)
+    gpn = _num(net, "gpus_per_node", f"{where}.network", p, integer=True)
     links = {}
     for link, req in (("scale_up", True), ("scale_out", True), ("inter_pod", False)):
         sec = _section(net, link, f"{where}.network", p, required=req)
-        p += unknown_key_problems(sec, _LINK, f"{where}.network.{link}")
+        p += unknown_key_problems(sec, _LINKS[link], f"{where}.network.{link}")
         links[link] = sec
     su, so, ip = links["scale_up"], links["scale_out"], links["inter_pod"]
-    su_size = _num(su, "domain_size", f"{where}.network.scale_up", p, required=False)
+    su_size = _num(su, "domain_size", f"{where}.network.scale_up", p, required=False, integer=True)
+    topo = su.get("topology", "switch")
+    if topo not in ("switch", "mesh"):
+        p.append(f"{where}.network.scale_up.topology={topo!r} must be switch or mesh")
+    if su_size and gpn and su_size % gpn:
+        p.append(f"{where}.network.scale_up.domain_size={su_size:g} must be a whole number of nodes "
+                 f"(gpus_per_node={gpn:g})")
     su_bw = _num(su, "bandwidth_gb_per_s", f"{where}.network.scale_up", p)
     su_lat = _num(su, "latency_us", f"{where}.network.scale_up", p, positive=False)
     so_bw = _num(so, "bandwidth_gb_per_s", f"{where}.network.scale_out", p)
     so_lat = _num(so, "latency_us", f"{where}.network.scale_out", p, positive=False)
-    pod = _num(ip, "pod_size", f"{where}.network.inter_pod", p, required=False) if ip else None
+    pod = _num(ip, "pod_size", f"{where}.network.inter_pod", p, required=False, integer=True) if ip else None
     ip_bw = _num(ip, "bandwidth_gb_per_s", f"{where}.network.inter_pod", p, required=bool(ip)) if ip else None
     ip_lat = _num(ip, "latency_us", f"{where}.network.inter_pod", p, positive=False, required=bool(ip)) if ip else None
 
@@ -216,6 +243,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     eff_src: dict[str, str] = {}
     for fname in eff_names:
         entry = eff.get(fname)
+        if entry is None and fname == "gemm_fp8" and "fp8" not in peaks:
+            eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp8 tensor cores"
+            continue
         if not isinstance(entry, dict) or "value" not in entry:
             p.append(f"{where}.efficiency.{fname} must be {{value: X, source: '...'}}")
             continue
@@ -226,6 +256,12 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             p.append(f"{where}.efficiency.{fname}.value={v!r} must be a number >= 0")
             continue
+        if fname in _FRACTIONS and v > 1:
+            p.append(f"{where}.efficiency.{fname}.value={v!r} is a fraction of peak and must be <= 1")
+            continue
+        extra = set(entry) - {"value", "source"}
+        if extra:
+            p.append(f"{where}.efficiency.{fname}: unknown key(s) {', '.join(sorted(extra))}; valid: value, source")
         eff_vals[fname] = float(v)
         eff_src[fname] = str(src)
     if p:
@@ -236,7 +272,7 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         peak_flops_per_s=peaks, num_compute_units=int(ncu),  # type: ignore[arg-type]
         hbm_capacity_bytes=cap * GIB, hbm_bandwidth_bytes_per_s=bw * GB,  # type: ignore[operator]
         runtime_reserved_bytes=reserve * GIB,  # type: ignore[operator]
-        gpus_per_node=gpn_i, scale_up_domain_size=int(su_size) if su_size else gpn_i,
+        gpus_per_node=gpn_i, scale_up_domain_size=int(su_size) if su_size else gpn_i, scale_up_topology=topo,
         scale_up_bandwidth_bytes_per_s=su_bw * GB, scale_up_latency_s=su_lat * US,  # type: ignore[operator]
         scale_out_bandwidth_bytes_per_s=so_bw * GB, scale_out_latency_s=so_lat * US,  # type: ignore[operator]
         pod_size=int(pod) if pod else None,
