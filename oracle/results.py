@@ -39,12 +39,15 @@ class StageMemory:
     grads_bytes: float
     optimizer_bytes: float
     activations_bytes: float
-    """Peak saved activations: per-micro-batch activations x in-flight micro-batches (+ recompute buffers)."""
+    """Peak saved activations: per-micro-batch activations x in-flight micro-batches."""
     other_bytes: float
-    """Transient buffers: communication buffers, FSDP gathered layers, logits scratch."""
+    """Transient buffers: communication buffers, FSDP gathered layers, logits scratch, recompute buffer."""
     in_flight_microbatches: float
-    """Micro-batch-chunks whose activations are alive at the peak (schedule-dependent)."""
+    """Micro-batches whose activations are alive at the peak, in units of the rank's full
+    per-micro-batch activation (all its chunks; schedule-dependent)."""
     tree: MemoryNode | None = None
+    other_breakdown: tuple[tuple[str, float], ...] = ()
+    """(name, bytes) parts of ``other_bytes``, e.g. ('recompute_buffer', 1.2e9)."""
 
     @property
     def total_bytes(self) -> float:
@@ -78,7 +81,9 @@ class MemoryBreakdown:
             "peak_gib": self.peak_bytes / GIB, "cap_gib": self.cap_bytes / GIB, "fits": self.fits,
             "params_gib": w.params_bytes / GIB, "grads_gib": w.grads_bytes / GIB,
             "optimizer_gib": w.optimizer_bytes / GIB, "activations_gib": w.activations_bytes / GIB,
-            "other_gib": w.other_bytes / GIB, "worst_stage": w.rank,
+            "other_gib": w.other_bytes / GIB,
+            "other_parts_gib": {k: v / GIB for k, v in w.other_breakdown},
+            "worst_stage": w.rank,
             "in_flight_microbatches": w.in_flight_microbatches,
             "hbm_gib": self.hbm_bytes / GIB, "runtime_reserved_gib": self.runtime_reserved_bytes / GIB,
             "stages": [{"rank": s.rank, "total_gib": s.total_bytes / GIB,
