@@ -1,0 +1,321 @@
+"""Per-GPU memory projection (paper App. B.1, with Megatron-Core's accounting): weights, gradients,
+optimizer state, saved activations x in-flight micro-batches, and transient buffers, per pipeline rank.
+
+The per-module shapes live in :mod:`oracle.activations`; this module assigns them to pipeline ranks,
+applies the byte costs and sharding, and the schedule's in-flight micro-batch count. The worst rank
+decides ``fits`` against ``HardwareProfile.memory_cap_bytes``. See docs/memory.md for the derivations.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from oracle.activations import (BF16, DEFAULT, FP32, Block, Blocks, MemoryAssumptions, Shape, blocks,
+                                layer_activation_bytes, shape_of)
+from oracle.config import V_SCHEDULES, VPP1_SCHEDULES, RunConfig
+from oracle.errors import InvalidConfigError
+from oracle.layout import Layout
+from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
+
+__all__ = ["project_memory", "module_tree", "layer_activation_bytes", "in_flight_microbatches", "rank_param_counts",
+           "MemoryAssumptions", "DEFAULT", "BYTES_WEIGHT", "BYTES_GRAD", "BYTES_OPTIMIZER"]
+
+# Megatron mixed precision (bf16 params, fp32 main grads, Adam): 18 B/param, or 6 + 12/d with the
+# distributed optimizer over d data-parallel ranks (Megatron-Core docs, "Distributed Optimizer" table).
+BYTES_WEIGHT = 2
+"""bf16 weight; also with precision=fp8 (Megatron keeps bf16 weights, TE casts per GEMM)."""
+BYTES_GRAD = 4
+"""fp32 main-gradient buffer (Megatron forces accumulate_allreduce_grads_in_fp32 with bf16)."""
+BYTES_OPTIMIZER = 12
+"""fp32 master weight + Adam m + v."""
+
+
+# ---------------------------------------------------------------------------------- schedules
+def in_flight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -> float:
+    """Micro-batches whose activations are alive on ``rank`` at its peak, in units of the rank's
+    full per-micro-batch activation (all its chunks), capped by the m micro-batches of a step."""
+    if schedule in VPP1_SCHEDULES:
+        return float(min(pp - rank, m))  # 1F1B warm-up (Narayanan 2021); ZB-H1 keeps it (Qi 2023)
+    if schedule == "interleaved":
+        # Megatron interleaved warm-up: (pp-r-1)*2 + (vpp-1)*pp forwards + 1 chunks, each 1/vpp stage
+        return min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp) / vpp
+    if schedule in ("zbv", "zbv_greedy"):
+        return float(min(pp, m))  # ZB-V: 2pp chunks of 1/2 stage = 1F1B's peak, on every rank (Qi 2023)
+    if schedule == "v_half":
+        return min(pp / 2 + 1, m)  # V-Half: ~1/2 of 1F1B (Qi et al. 2024, controllable memory)
+    if schedule == "v_min":
+        return min(pp / 3 + 1, m)  # V-Min: ~1/3 of 1F1B (Qi et al. 2024)
+    raise InvalidConfigError(f"unknown pipeline schedule {schedule!r}")
+
+
+def _embedding_in_flight(schedule: str, pp: int, vpp: int, m: int) -> float:
+    """Micro-batches of the first virtual stage (embedding) alive on rank 0 at its peak."""
+    f0 = in_flight_microbatches(schedule, pp, vpp, m, 0)
+    if schedule == "interleaved":
+        n = round(f0 * vpp)  # chunks in flight; Megatron runs chunk 0 for pp micro-batches, then chunk 1, ...
+        return float(min(n // (pp * vpp) * pp + min(n % (pp * vpp), pp), m))
+    if schedule in V_SCHEDULES:
+        return float(max(1.0, min(2 * f0 - 1, m)))  # all in-flight chunks but the last stage's one
+    return f0
+
+
+# ---------------------------------------------------------------------------------- rank plans
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    chunk: int
+    virtual_stage: int
+    has_embedding: bool
+    has_output: bool
+    layers: tuple[tuple[str, str, int], ...]
+    """(kind, policy, count) with policy 'none' | 'selective' | 'checkpoint'."""
+
+
+_PLANS: dict[tuple, tuple[tuple[_Chunk, ...], ...]] = {}
+
+
+def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
+    """Per rank, per chunk: layer kinds and recompute policy (cached; no per-layer work on a hit)."""
+    t = run.training
+    key = (run.model, t.pp, t.vpp, t.schedule, t.first_stage_layers, t.last_stage_layers,
+           t.recompute, t.recompute_num_layers)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    lay, kinds = Layout(run), run.model.layer_kinds
+    last_vs = t.pp * t.vpp - 1
+    ranks = []
+    for r, chunks in enumerate(lay.stage_layers):
+        out = []
+        for c, layers in enumerate(chunks):
+            vs = lay.virtual_stage(r, c)
+            ks = kinds[layers[0]:layers[-1] + 1] if layers else ()  # a chunk's layers are contiguous
+            if t.recompute == "full":  # Megatron 'block': the first N layers of each chunk
+                n_rc = len(ks) if t.recompute_num_layers is None else t.recompute_num_layers
+                groups = (("checkpoint", ks[:n_rc]), ("none", ks[n_rc:]))
+            else:
+                groups = ((t.recompute, ks),)
+            counts = tuple((k, pol, g.count(k)) for pol, g in groups for k in ("dense", "moe") if g.count(k))
+            # same rule as Layout.has_embedding / has_output: first and last virtual stage
+            out.append(_Chunk(c, vs, vs == 0, vs == last_vs, counts))
+        ranks.append(tuple(out))
+    if len(_PLANS) > 4096:
+        _PLANS.clear()
+    plan = _PLANS[key] = tuple(ranks)
+    return plan
+
+
+def _mtp_policy(run: RunConfig) -> str:
+    t = run.training
+    if t.recompute == "full":
+        return "checkpoint" if t.recompute_num_layers is None else "none"
+    return t.recompute
+
+
+def _head(b: Blocks, run: RunConfig, ch: _Chunk) -> Block:
+    # tied: the embedding's own chunk reuses it; any other chunk (pp > 1) keeps a copy of the word
+    # embeddings as its output weight (Megatron shared_embedding_or_output_weight on the last stage)
+    return b.head_no_weight if run.model.tied_embeddings and ch.has_embedding else b.head
+
+
+def _extra_embedding_params(b: Blocks, run: RunConfig, ch: _Chunk) -> float:
+    """MTP on a stage without the embedding: Megatron builds an embedding copy there (mtp_process)."""
+    if run.model.mtp_layers and ch.has_output and not ch.has_embedding and not run.model.tied_embeddings:
+        return b.embedding.params_dense
+    return 0.0
+
+
+def rank_param_counts(run: RunConfig, rank: int) -> tuple[float, float]:
+    """(non-expert, routed-expert) parameters held by one GPU of pipeline rank ``rank``:
+    TP/EP-sharded, before distributed-optimizer / FSDP sharding (the data-parallel sync sizes)."""
+    if not 0 <= rank < run.training.pp:
+        raise InvalidConfigError(f"rank={rank} must be in 0..pp-1 = 0..{run.training.pp - 1}")
+    b = blocks(run.model, shape_of(run))
+    dense = expert = 0.0
+    for ch in _plans(run)[rank]:
+        for kind, _, n in ch.layers:
+            dense += n * b.layer(kind).params_dense
+            expert += n * b.layer(kind).params_expert
+        if ch.has_embedding:
+            dense += b.embedding.params_dense
+        if ch.has_output:
+            dense += _head(b, run, ch).params_dense + _extra_embedding_params(b, run, ch)
+            if b.mtp is not None and b.mtp_head is not None:
+                dense += b.mtp.params_dense + b.mtp_head.params_dense
+                expert += b.mtp.params_expert
+    return dense, expert
+
+
+# ---------------------------------------------------------------------------------- projection
+def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
+                   assumptions: MemoryAssumptions = DEFAULT, trees: str = "worst") -> MemoryBreakdown:
+    """Per-GPU memory of every pipeline rank of ``run``.
+
+    ``in_flight[rank]`` overrides the schedule's closed-form in-flight micro-batch count (units of the
+    rank's full per-micro-batch activation), e.g. with the pipeline simulator's exact peaks.
+    ``trees``: 'worst' attaches the module tree to the worst rank only, 'all' to every rank, 'none'.
+    """
+    if trees not in ("worst", "all", "none"):
+        raise InvalidConfigError(f"trees={trees!r} must be 'worst', 'all' or 'none'")
+    t, card = run.training, run.model
+    lay = Layout(run)
+    pp, vpp, sched = t.pp, t.vpp, t.schedule
+    m = max(1, lay.num_microbatches)
+    if in_flight is not None and (len(in_flight) != pp or any(x < 0 for x in in_flight)):
+        raise InvalidConfigError(f"in_flight={list(in_flight)!r} must hold {pp} non-negative values (one per pipeline rank)")
+    s = shape_of(run, assumptions)
+    b = blocks(card, s)
+    plans = _plans(run)
+    d_dense = lay.dp * t.cp  # non-expert optimizer/FSDP shard group: dp x cp
+    d_exp = lay.edp  # expert params: expert data parallel
+    mtp_pol = _mtp_policy(run)
+    other_common = _moe_buffers(run, s, lay, assumptions)
+    stages = []
+    for r, chunks in enumerate(plans):
+        f_closed = in_flight_microbatches(sched, pp, vpp, m, r)
+        f = float(in_flight[r]) if in_flight is not None else f_closed
+        p_dense = p_exp = gemm = layer_act = edge_act = 0.0
+        remat = 0.0  # one layer's recomputed tensors re-materialised during its backward
+        largest_unit = 0.0  # FSDP gathers one layer / embedding / head at a time
+        has_moe = False
+        other: list[tuple[str, float]] = []
+        for ch in chunks:
+            for kind, pol, n in ch.layers:
+                lb = b.layer(kind)
+                has_moe |= kind == "moe"
+                p_dense += n * lb.params_dense
+                p_exp += n * lb.params_expert
+                gemm += n * lb.gemm_params
+                layer_act += n * lb.act(pol)
+                largest_unit = max(largest_unit, lb.params)
+                if pol != "none":
+                    remat = max(remat, lb.act_none - lb.act(pol))
+            if ch.has_embedding:
+                e = b.embedding
+                p_dense += e.params_dense
+                scale = f / f_closed if f_closed else 1.0
+                edge_act += _embedding_in_flight(sched, pp, vpp, m) * scale * e.act_none
+                largest_unit = max(largest_unit, e.params)
+            if ch.has_output:
+                hd = _head(b, run, ch)
+                extra = _extra_embedding_params(b, run, ch)
+                p_dense += hd.params_dense + extra
+                out_mult = min(1.0, f) if in_flight is not None else 1.0  # F then B right away
+                edge_act += out_mult * hd.act_none
+                largest_unit = max(largest_unit, hd.params, extra)
+                if b.mtp is not None and b.mtp_head is not None:
+                    p_dense += b.mtp.params_dense + b.mtp_head.params_dense
+                    p_exp += b.mtp.params_expert
+                    gemm += b.mtp.gemm_params
+                    edge_act += out_mult * (b.mtp.act(mtp_pol) + b.mtp_head.act_none)
+                    has_moe |= card.is_moe
+                    largest_unit = max(largest_unit, b.mtp.params / card.mtp_layers)
+                    if mtp_pol != "none":
+                        remat = max(remat, (b.mtp.act_none - b.mtp.act(mtp_pol)) / card.mtp_layers)
+                if not t.loss_fusion and assumptions.loss_fp32_scratch:
+                    # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
+                    v_r = card.padded_vocab(t.tp) / t.tp
+                    other.append(("loss_fp32_softmax", (1 + card.mtp_layers) * s.tokens * v_r * FP32))
+        if remat:
+            other.append(("recompute_buffer", remat))
+        if t.fsdp:
+            per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
+            per += BYTES_GRAD if assumptions.fsdp_unsharded_grad else 0
+            other.append(("fsdp_unsharded_units", largest_unit * per))
+        elif t.precision == "fp8" and assumptions.fp8_weight_cache:
+            other.append(("fp8_weight_cache", 2 * gemm))  # row-wise + column-wise FP8 copies, 1 B each
+        if has_moe:
+            other += other_common
+        if t.fsdp:
+            w_dense, w_exp = p_dense / d_dense, p_exp / d_exp
+        else:
+            w_dense, w_exp = p_dense, p_exp
+        opt_sharded = t.fsdp or t.use_distributed_optimizer
+        o_dense = p_dense / d_dense if opt_sharded else p_dense
+        o_exp = p_exp / d_exp if opt_sharded else p_exp
+        stages.append(StageMemory(
+            rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp), grads_bytes=BYTES_GRAD * (w_dense + w_exp),
+            optimizer_bytes=BYTES_OPTIMIZER * (o_dense + o_exp), activations_bytes=f * layer_act + edge_act,
+            other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=tuple(other)))
+    if trees != "none":
+        worst = max(stages, key=lambda x: x.total_bytes).rank
+        stages = [_with_tree(st, run, assumptions) if trees == "all" or st.rank == worst else st for st in stages]
+    hw = run.cluster.hardware
+    return MemoryBreakdown(stages=tuple(stages), cap_bytes=hw.memory_cap_bytes,
+                           runtime_reserved_bytes=hw.runtime_reserved_bytes, hbm_bytes=hw.hbm_capacity_bytes)
+
+
+def _moe_buffers(run: RunConfig, s: Shape, lay: Layout, a: MemoryAssumptions) -> list[tuple[str, float]]:
+    """Token-dispatch buffers of a rank that hosts MoE layers."""
+    card, t = run.model, run.training
+    if not card.is_moe:
+        return []
+    h = card.hidden_size
+    if t.moe_a2a_backend == "deepep":
+        # DeepEP registers fixed NVLink (+ RDMA across nodes) buffers at start-up, sized in tokens of
+        # H bf16 values per peer (DeepEP get_nvl_buffer_size_hint / get_rdma_buffer_size_hint)
+        g = lay.group("ep")
+        gpn = run.cluster.hardware.gpus_per_node
+        nvl = g.members_per_block(gpn) * a.deepep_nvl_tokens_per_peer * h * BF16
+        nodes = g.blocks_spanned(gpn)
+        rdma = nodes * a.deepep_rdma_tokens_per_node * h * BF16 if nodes > 1 else 0.0
+        return [("deepep_buffers", nvl + rdma)]
+    # all-to-all: the permuted k x T_r x H send buffer lives until the dispatch completes
+    return [("a2a_dispatch_buffer", card.moe_topk * s.seq_tokens * h * BF16)]
+
+
+# ---------------------------------------------------------------------------------- trees
+def _tensor_nodes(blk: Block, n: int, policy: str) -> tuple[MemoryNode, ...]:
+    kids = []
+    for mod in blk.modules:
+        if policy == "checkpoint":
+            tensors = ()
+        else:
+            tensors = tuple(MemoryNode(name=x.name, activation_bytes=n * x.bytes) for x in mod.tensors
+                            if not (policy == "selective" and x.core_attention))
+        kids.append(MemoryNode(name=mod.name, params=n * mod.params,
+                               activation_bytes=sum(c.activation_bytes for c in tensors), children=tensors))
+    if policy == "checkpoint":
+        kids.append(MemoryNode(name="checkpointed_input", activation_bytes=n * blk.checkpoint_bytes))
+    return tuple(kids)
+
+
+def _block_node(blk: Block, n: int = 1, policy: str = "none", label: str | None = None) -> MemoryNode:
+    kids = _tensor_nodes(blk, n, policy)
+    params, act = sum(k.params for k in kids), sum(k.activation_bytes for k in kids)
+    if len(kids) == 1:  # a one-module block (the embedding): its tensors directly
+        kids = kids[0].children
+    return MemoryNode(name=label or blk.name, params=params, activation_bytes=act, children=kids)
+
+
+def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = DEFAULT) -> MemoryNode:
+    """Per-module tree of pipeline rank ``rank``: parameters held on one GPU (TP/EP-sharded, before
+    FSDP) and activations saved for ONE micro-batch of every chunk (under the recompute policy)."""
+    t = run.training
+    if not 0 <= rank < t.pp:
+        raise InvalidConfigError(f"rank={rank} must be in 0..pp-1 = 0..{t.pp - 1}")
+    b = blocks(run.model, shape_of(run, assumptions))
+    chunk_nodes = []
+    for ch in _plans(run)[rank]:
+        kids = []
+        if ch.has_embedding:
+            kids.append(_block_node(b.embedding))
+        for kind, pol, n in ch.layers:
+            tag = {"none": "", "selective": ", selective recompute", "checkpoint": ", full recompute"}[pol]
+            kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}"))
+        if ch.has_output:
+            kids.append(_block_node(_head(b, run, ch)))
+            extra = _extra_embedding_params(b, run, ch)
+            if extra:
+                kids.append(MemoryNode(name="mtp_embedding_copy", params=extra))
+            if b.mtp is not None and b.mtp_head is not None:
+                kids += [_block_node(b.mtp, 1, _mtp_policy(run)), _block_node(b.mtp_head)]
+        chunk_nodes.append(MemoryNode(name=f"chunk{ch.chunk} (virtual stage {ch.virtual_stage})",
+                                      params=sum(k.params for k in kids),
+                                      activation_bytes=sum(k.activation_bytes for k in kids), children=tuple(kids)))
+    return MemoryNode(name=f"pp_rank{rank}", params=sum(k.params for k in chunk_nodes),
+                      activation_bytes=sum(k.activation_bytes for k in chunk_nodes), children=tuple(chunk_nodes))
+
+
+def _with_tree(st: StageMemory, run: RunConfig, a: MemoryAssumptions) -> StageMemory:
+    from dataclasses import replace
+    return replace(st, tree=module_tree(run, st.rank, assumptions=a))
