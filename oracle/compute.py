@@ -235,8 +235,9 @@ class LayerModel:
             deepep = t.moe_a2a_backend == "deepep"
             disp_elem = 1 if (deepep and self.dtype == "fp8") else BF16  # DeepEP dispatches fp8 under fp8
             per_rank = tokens * m.moe_topk * H * t.moe_imbalance
-            d = self._coll("all_to_all", "ep", disp_elem * per_rank, backend=t.moe_a2a_backend)
-            c = self._coll("all_to_all", "ep", BF16 * per_rank, backend=t.moe_a2a_backend)
+            kw = {"backend": t.moe_a2a_backend, "topk": m.moe_topk} if deepep else {}
+            d = self._coll("all_to_all", "ep", disp_elem * per_rank, **kw)
+            c = self._coll("all_to_all", "ep", BF16 * per_rank, **kw)
             a2a = d.time_s + c.time_s
             f_exp = b_exp = a2a
             if deepep:

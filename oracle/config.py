@@ -62,11 +62,16 @@ class TrainingConfig:
     recompute: Literal["none", "selective", "full"] = "none"
     """Activation recomputation granularity."""
     recompute_num_layers: int | None = None
-    """With full: layers per pipeline chunk recomputed (None = all)."""
+    """With full: decoder layers recomputed per pipeline stage (rank), spread evenly over its vpp
+    chunks, the first layers of each chunk (Megatron 'block' method); None = all."""
     use_distributed_optimizer: bool = True
     """ZeRO-1: optimizer state sharded over data-parallel ranks."""
     fsdp: bool = False
     """ZeRO-3 / FSDP2 over the data-parallel group (parameters, grads and state sharded)."""
+    grad_reduce_in_fp32: bool = False
+    """Main-gradient buffer and its data-parallel reduction in fp32 (4 B) instead of bf16 (2 B).
+    Megatron-LM forces true for bf16 training; the NeMo / Megatron-Bridge / Primus performance
+    recipes reduce in bf16 (NeMo 1.x distributed fused Adam, Megatron-Bridge perf scripts)."""
     sequence_parallel: bool | Literal["auto"] = "auto"
     """Megatron sequence parallelism; auto = on when tp > 1."""
     moe_a2a_backend: Literal["alltoall", "deepep"] = "alltoall"
@@ -82,6 +87,11 @@ class TrainingConfig:
     """Busiest-rank / mean expert load (paper Sec. 4.10); 1.0 = balanced."""
     loss_fusion: bool = True
     """Fused cross-entropy (no fp32 logits scratch)."""
+    pipeline_split: Literal["auto", "even", "embedding_loss"] = "auto"
+    """How decoder layers are spread over the pp*vpp virtual stages: even = L/(pp*vpp) each;
+    embedding_loss = Megatron's account_for_embedding/loss_in_pipeline_split (the embedding and the
+    loss each take one layer slot, so the first and last virtual stage hold one layer fewer);
+    auto = even when it divides, else embedding_loss when that divides."""
     first_stage_layers: int | None = None
     """Decoder layers on the first pipeline stage (uneven split; overrides the card)."""
     last_stage_layers: int | None = None

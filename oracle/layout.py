@@ -97,6 +97,21 @@ class Layout:
         """
         return assign_layers(self.run)
 
+    def recomputed_layers(self, rank: int, chunk: int) -> int:
+        """How many leading layers of (rank, chunk) full recompute replays (0 without full recompute).
+
+        recompute_num_layers counts per pipeline stage and is spread evenly over the rank's chunks,
+        the first chunks taking the remainder; each chunk recomputes its first layers (Megatron block).
+        """
+        t = self.t
+        n = len(self.stage_layers[rank][chunk])
+        if t.recompute != "full":
+            return 0
+        if t.recompute_num_layers is None:
+            return n
+        share = t.recompute_num_layers // t.vpp + (1 if chunk < t.recompute_num_layers % t.vpp else 0)
+        return min(n, share)
+
     @property
     def v_shape(self) -> bool:
         return self.t.schedule in V_SCHEDULES
@@ -114,14 +129,28 @@ class Layout:
         return self.virtual_stage(rank, chunk) == self.t.pp * self.t.vpp - 1
 
 
-def stage_layer_counts(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None) -> list[int] | str:
+def stage_layer_counts(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None,
+                       split: str = "auto") -> list[int] | str:
     """Layers per virtual stage in virtual-stage order, or a reason string when impossible."""
     n_virtual = pp * vpp
     if first is None and last is None:
-        if num_layers % n_virtual:
-            return (f"num_layers={num_layers} is not divisible by pp*vpp = {pp}*{vpp} = {n_virtual}; "
-                    f"set first_stage_layers/last_stage_layers for an uneven split")
-        return [num_layers // n_virtual] * n_virtual
+        even_ok = num_layers % n_virtual == 0
+        # Megatron account_for_embedding/loss_in_pipeline_split: embedding and loss take a slot each
+        el_ok = n_virtual > 1 and (num_layers + 2) % n_virtual == 0 and (num_layers + 2) // n_virtual > 1
+        if split == "even" or (split == "auto" and even_ok):
+            if not even_ok:
+                return (f"num_layers={num_layers} is not divisible by pp*vpp = {pp}*{vpp} = {n_virtual} "
+                        f"(pipeline_split=even)")
+            return [num_layers // n_virtual] * n_virtual
+        if not el_ok:
+            return (f"num_layers={num_layers} is not divisible by pp*vpp = {pp}*{vpp} = {n_virtual}, nor is "
+                    f"num_layers+2 = {num_layers + 2} (embedding and loss as stages); set "
+                    f"first_stage_layers/last_stage_layers for an uneven split")
+        per = (num_layers + 2) // n_virtual
+        counts = [per] * n_virtual
+        counts[0] -= 1
+        counts[-1] -= 1
+        return counts
     if pp == 1:
         return "first_stage_layers/last_stage_layers need pp > 1"
     rest = num_layers - (first or 0) - (last or 0)
@@ -155,7 +184,7 @@ def assign_layers(run: RunConfig) -> tuple[tuple[tuple[int, ...], ...], ...]:
     t, m = run.training, run.model
     first = t.first_stage_layers if t.first_stage_layers is not None else m.first_stage_layers
     last = t.last_stage_layers if t.last_stage_layers is not None else m.last_stage_layers
-    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last)
+    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last, t.pipeline_split)
     if isinstance(counts, str):
         raise ValueError(counts)
     starts = [0]

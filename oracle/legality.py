@@ -33,7 +33,7 @@ def check(run: RunConfig) -> list[str]:
     # pipeline layer assignment
     first = t.first_stage_layers if t.first_stage_layers is not None else m.first_stage_layers
     last = t.last_stage_layers if t.last_stage_layers is not None else m.last_stage_layers
-    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last)
+    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last, t.pipeline_split)
     if isinstance(counts, str):
         p.append(f"{m.name}: {counts}")
     # schedule vs vpp
@@ -81,9 +81,9 @@ def check(run: RunConfig) -> list[str]:
                      f"got recompute={t.recompute}")
         elif t.recompute_num_layers < 0:
             p.append(f"recompute_num_layers={t.recompute_num_layers} must be >= 0")
-        elif not isinstance(counts, str) and t.recompute_num_layers > max(counts):
-            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {max(counts)} layers "
-                     f"per pipeline chunk")
+        elif not isinstance(counts, str) and t.recompute_num_layers > max(counts) * t.vpp:
+            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {max(counts) * t.vpp} layers "
+                     f"per pipeline stage")
     # precision
     if t.precision == "fp8" and not hw.supports("fp8"):
         p.append(f"precision=fp8 needs FP8 support; hardware {hw.name!r} has "

@@ -25,7 +25,9 @@ __all__ = ["project_memory", "module_tree", "layer_activation_bytes", "in_flight
 BYTES_WEIGHT = 2
 """bf16 weight; also with precision=fp8 (Megatron keeps bf16 weights, TE casts per GEMM)."""
 BYTES_GRAD = 4
-"""fp32 main-gradient buffer (Megatron forces accumulate_allreduce_grads_in_fp32 with bf16)."""
+"""fp32 main-gradient buffer (training.grad_reduce_in_fp32; Megatron-LM's default for bf16)."""
+BYTES_GRAD_BF16 = 2
+"""bf16 gradient buffer (training.grad_reduce_in_fp32 = false, the performance recipes)."""
 BYTES_OPTIMIZER = 12
 """fp32 master weight + Adam m + v."""
 
@@ -76,7 +78,7 @@ _PLANS: dict[tuple, tuple[tuple[_Chunk, ...], ...]] = {}
 def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
     """Per rank, per chunk: layer kinds and recompute policy (cached; no per-layer work on a hit)."""
     t = run.training
-    key = (run.model, t.pp, t.vpp, t.schedule, t.first_stage_layers, t.last_stage_layers,
+    key = (run.model, t.pp, t.vpp, t.schedule, t.first_stage_layers, t.last_stage_layers, t.pipeline_split,
            t.recompute, t.recompute_num_layers)
     plan = _PLANS.get(key)
     if plan is not None:
@@ -89,8 +91,8 @@ def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
         for c, layers in enumerate(chunks):
             vs = lay.virtual_stage(r, c)
             ks = kinds[layers[0]:layers[-1] + 1] if layers else ()  # a chunk's layers are contiguous
-            if t.recompute == "full":  # Megatron 'block': the first N layers of each chunk
-                n_rc = len(ks) if t.recompute_num_layers is None else t.recompute_num_layers
+            if t.recompute == "full":  # Megatron 'block': the first layers of each chunk (Layout rule)
+                n_rc = lay.recomputed_layers(r, c)
                 groups = (("checkpoint", ks[:n_rc]), ("none", ks[n_rc:]))
             else:
                 groups = ((t.recompute, ks),)
@@ -157,6 +159,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
     if trees not in ("worst", "all", "none"):
         raise InvalidConfigError(f"trees={trees!r} must be 'worst', 'all' or 'none'")
     t, card = run.training, run.model
+    grad_bytes = BYTES_GRAD if t.grad_reduce_in_fp32 else BYTES_GRAD_BF16
     lay = Layout(run)
     pp, vpp, sched = t.pp, t.vpp, t.schedule
     m = max(1, lay.num_microbatches)
@@ -219,7 +222,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
             other.append(("recompute_buffer", remat))
         if t.fsdp:
             per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
-            per += BYTES_GRAD if assumptions.fsdp_unsharded_grad else 0
+            per += grad_bytes if assumptions.fsdp_unsharded_grad else 0
             other.append(("fsdp_unsharded_units", largest_unit * per))
         elif t.precision == "fp8" and assumptions.fp8_weight_cache:
             other.append(("fp8_weight_cache", 2 * gemm))  # row-wise + column-wise FP8 copies, 1 B each
@@ -233,7 +236,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         o_dense = p_dense / d_dense if opt_sharded else p_dense
         o_exp = p_exp / d_exp if opt_sharded else p_exp
         stages.append(StageMemory(
-            rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp), grads_bytes=BYTES_GRAD * (w_dense + w_exp),
+            rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp), grads_bytes=grad_bytes * (w_dense + w_exp),
             optimizer_bytes=BYTES_OPTIMIZER * (o_dense + o_exp), activations_bytes=f * layer_act + edge_act,
             other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=tuple(other)))
     if trees != "none":

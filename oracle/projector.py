@@ -24,7 +24,7 @@ from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout
 from oracle.memory import project_memory, rank_param_counts
-from oracle.pipeline import StageCosts, run_schedule, splits_backward
+from oracle.pipeline import StageCosts, get_schedule, run_schedule
 from oracle.results import CommTerm, Projection, TimeBreakdown
 
 MODES = ("simulate", "benchmark", "both")
@@ -61,9 +61,7 @@ def _add(d: dict[str, float], k: str, v: float) -> None:
 def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: int) -> _Chunk:
     m, t = run.model, run.training
     layers = L.stage_layers[rank][chunk]
-    n_rec = 0
-    if t.recompute == "full":
-        n_rec = len(layers) if t.recompute_num_layers is None else min(t.recompute_num_layers, len(layers))
+    n_rec = L.recomputed_layers(rank, chunk)
     f = b = w = rec = 0.0
     exp: dict[str, float] = {}
     tot: dict[str, float] = {}
@@ -154,16 +152,19 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     lm = src.layer_model(L, comm)
     pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
     chunks = [[_chunk_costs(run, L, lm, r, c) for c in range(vpp)] for r in range(pp)]
-    split = splits_backward(t.schedule)
+    split = get_schedule(t.schedule).splits_bw
     edges, p2p_algo = _p2p_edges(run, L, comm)
+    # activation "bytes" in units of a full micro-batch of the rank, so the simulator's peak is the
+    # in-flight count the memory model wants (B/W release fractions included)
+    act = tuple(tuple(1.0 / vpp for _ in row) for row in chunks)
     if split:
         costs = StageCosts(f_s=tuple(tuple(c.f for c in row) for row in chunks),
                            b_s=tuple(tuple(c.b for c in row) for row in chunks),
-                           w_s=tuple(tuple(c.w for c in row) for row in chunks), p2p_s=tuple(edges))
+                           w_s=tuple(tuple(c.w for c in row) for row in chunks), act_bytes=act, p2p_s=tuple(edges))
     else:
         costs = StageCosts(f_s=tuple(tuple(c.f for c in row) for row in chunks),
                            b_s=tuple(tuple(c.b + c.w for c in row) for row in chunks),
-                           w_s=tuple(tuple(0.0 for _ in row) for row in chunks), p2p_s=tuple(edges))
+                           w_s=tuple(tuple(0.0 for _ in row) for row in chunks), act_bytes=act, p2p_s=tuple(edges))
     if pp == 1:
         per_mb = sum(c.f + c.b + c.w for c in chunks[0])
         makespan = mb * per_mb
@@ -174,7 +175,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         res = run_schedule(t.schedule, pp, vpp, mb, costs)
         makespan = res.makespan_s
         busy = list(res.busy_s)
-        in_flight = [c / vpp for c in res.peak_in_flight]
+        in_flight = list(res.peak_activation_bytes)
         p2p_total = 2 * mb * sum(edges)
     crit = max(range(pp), key=lambda r: busy[r])
     memory = project_memory(run, in_flight=in_flight)
@@ -192,6 +193,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     first_mb_fwd = sum(c.f for c in chunks[crit])
     dense_p, expert_p = rank_param_counts(run, crit)
     dp_cp = L.dp * t.cp
+    grad_b = FP32 if t.grad_reduce_in_fp32 else BF16
     extra_exposed = 0.0
     grad_terms = []
     if t.fsdp:
@@ -208,8 +210,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         terms.append(CommTerm(kind="fsdp_ag", total_s=fsdp_ag_total, exposed_s=fsdp_ag_exposed,
                               algorithm=ag.algorithm if ag else ""))
         extra_exposed += fsdp_ag_exposed
-        rs = comm.cost("reduce_scatter", L.group("dp_cp"), FP32 * dense_p) if dp_cp > 1 else None
-        rs_e = comm.cost("reduce_scatter", L.group("edp"), FP32 * expert_p) if expert_p and L.edp > 1 else None
+        rs = comm.cost("reduce_scatter", L.group("dp_cp"), grad_b * dense_p) if dp_cp > 1 else None
+        rs_e = comm.cost("reduce_scatter", L.group("edp"), grad_b * expert_p) if expert_p and L.edp > 1 else None
         rs_t = (rs.time_s if rs else 0.0) + (rs_e.time_s if rs_e else 0.0)
         ov_rs = min(1.0, last_mb_bwd / rs_t) * FSDP_CEIL_RS if rs_t else 1.0
         rs_exp = rs_t * (1 - ov_rs)
@@ -217,8 +219,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         extra_exposed += rs_exp
     else:
         kind = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
-        g = comm.cost(kind, L.group("dp_cp"), FP32 * dense_p) if dp_cp > 1 and dense_p else None
-        ge = comm.cost(kind, L.group("edp"), FP32 * expert_p) if L.edp > 1 and expert_p else None
+        g = comm.cost(kind, L.group("dp_cp"), grad_b * dense_p) if dp_cp > 1 and dense_p else None
+        ge = comm.cost(kind, L.group("edp"), grad_b * expert_p) if L.edp > 1 and expert_p else None
         g_t = g.time_s if g else 0.0
         ge_t = ge.time_s if ge else 0.0
         if t.overlap_grad_reduce:

@@ -153,3 +153,22 @@ def test_list_where_mapping_belongs():
     d["training"] = [1, 2]
     with pytest.raises(InvalidConfigError, match="config.training must be a mapping"):
         RunConfig.from_dict(d)
+
+
+def test_embedding_and_loss_take_a_pipeline_slot_when_layers_do_not_divide():
+    d = {"model": "qwen3-235b-a22b", "cluster": {"hardware": "mi355x", "num_gpus": 32},
+         "training": {"seq_len": 4096, "gbs": 1024, "pp": 4, "vpp": 2, "ep": 8, "precision": "fp8"}}
+    run = RunConfig.from_dict(d)
+    L = Layout(run)
+    sizes = [len(L.stage_layers[r][c]) for c in range(2) for r in range(4)]  # virtual-stage order
+    assert sizes == [11, 12, 12, 12, 12, 12, 12, 11] and sum(sizes) == 94
+    d["training"]["pipeline_split"] = "even"
+    with pytest.raises(InvalidConfigError, match="pipeline_split=even"):
+        RunConfig.from_dict(d)
+
+
+def test_recompute_num_layers_counts_per_stage():
+    run = make(pp=2, vpp=2, recompute="full", recompute_num_layers=25)
+    L = Layout(run)
+    assert [L.recomputed_layers(0, c) for c in range(2)] == [13, 12]
+    assert problems_of(pp=2, recompute="full", recompute_num_layers=41)

@@ -71,7 +71,9 @@ def test_llama70b_tp8_weights_are_an_eighth_up_to_norms_and_vocab_padding():
     padding = 2 * (card.padded_vocab(8) - card.vocab_size) * card.hidden_size  # embedding + output rows
     assert per_gpu == pytest.approx((card.total_params() + padding - replicated) / 8 + replicated, rel=1e-12)
     assert per_gpu == pytest.approx(card.total_params() / 8, rel=0.01)
-    assert mem.stages[0].grads_bytes == 2 * mem.stages[0].params_bytes  # fp32 main grads
+    assert mem.stages[0].grads_bytes == mem.stages[0].params_bytes  # bf16 grads (performance recipes)
+    fp32 = project_memory(make("llama3.1-70b", 8, tp=8, gbs=8, grad_reduce_in_fp32=True))
+    assert fp32.stages[0].grads_bytes == 2 * fp32.stages[0].params_bytes  # Megatron-LM fp32 main grads
 
 
 def test_distributed_optimizer_shards_optimizer_over_dp_times_cp_exactly():
@@ -104,8 +106,8 @@ def test_fsdp_shards_weights_grads_and_optimizer():
         assert getattr(fsdp, f) == pytest.approx(getattr(ddp, f) / 64, rel=1e-12)
     parts = dict(fsdp.other_breakdown)
     card = load_model("llama3.1-70b")
-    # largest unit = output head (vocab x H + final norm): 2 gathered bf16 copies + 1 fp32 gradient
-    assert parts["fsdp_unsharded_units"] == card.output_params() * (2 * 2 + 4)
+    # largest unit = output head (vocab x H + final norm): 2 gathered bf16 copies + 1 bf16 gradient
+    assert parts["fsdp_unsharded_units"] == card.output_params() * (2 * 2 + 2)
     assert fsdp.total_bytes < ddp.total_bytes
 
 

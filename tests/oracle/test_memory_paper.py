@@ -40,7 +40,8 @@ def modules(node) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------- (a) Mixtral
-MIXTRAL = dict(seq_len=8192, gbs=512, mbs=1, pp=4, vpp=2, ep=8, tp=1)
+# Megatron-LM accounting (fp32 main grads: 18 B/param, or 6 + 12/d with the distributed optimizer)
+MIXTRAL = dict(seq_len=8192, gbs=512, mbs=1, pp=4, vpp=2, ep=8, tp=1, grad_reduce_in_fp32=True)
 T = 8192  # tokens per rank per micro-batch: MBS x S / (TP x CP)
 
 
