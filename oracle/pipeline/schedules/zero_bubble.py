@@ -1,0 +1,44 @@
+"""ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3.1), vpp=1.
+
+The backward is split into B (input gradient, on the critical path) and W (weight gradient, no
+successor). The F/B skeleton is 1F1B's: rank r runs ``min(pp - r - 1, m)`` warm-up forwards, so at
+most ``pp - r`` micro-batches are between F and B, as in 1F1B. The W of micro-batch j runs right after
+the B of micro-batch ``j + r`` (a lag of r), and the last r + 1 W's fill the cool-down, where 1F1B
+idles. Rank 0 lags nothing; the last rank defers pp - 1 W's.
+
+With F = B = W = T, zero p2p and m >= pp the makespan is ``3 m T + (pp - 1) T``, i.e. a bubble of
+``(pp - 1)(T_F + T_B - T_W)`` = one third of 1F1B's ``(pp - 1)(T_F + T_B + T_W)``.
+
+Memory: deferred W's keep ``1 - b_release_fraction`` of their activations, so ranks r > 0 hold up to
+``r * (1 - b_release_fraction)`` extra micro-batch activations; rank 0, the 1F1B peak, holds none
+extra, so the pipeline's peak equals 1F1B's when ``(pp - r) + r*(1 - frac) <= pp``, i.e. always.
+"""
+from __future__ import annotations
+
+from oracle.pipeline.schedules import Order, register
+from oracle.pipeline.schedules.one_f_one_b import fb_sequence
+from oracle.pipeline.types import Op
+
+
+def insert_w(fb_ops: list[Op], lag: int) -> list[Op]:
+    """Insert W(j) right after B(j + lag) of the same chunk; leftover W's go at the end, in order."""
+    out: list[Op] = []
+    pending: list[Op] = []
+    for op in fb_ops:
+        out.append(op)
+        if op.kind == "B":
+            pending.append(Op("W", op.mb, op.chunk))
+            if len(pending) > lag:
+                out.append(pending.pop(0))
+    out.extend(pending)
+    return out
+
+
+def zb_h1_rank(pp: int, rank: int, num_microbatches: int) -> list[Op]:
+    return insert_w(fb_sequence(pp, rank, num_microbatches, backward="B"), lag=rank)
+
+
+@register("zero_bubble", layout="interleaved", splits_bw=True, vpp_rule="one",
+          summary="ZB-H1: 1F1B skeleton with B/W split, W(j) after B(j + rank)")
+def build(pp: int, vpp: int, num_microbatches: int) -> Order:
+    return [zb_h1_rank(pp, r, num_microbatches) for r in range(pp)]

@@ -1,0 +1,337 @@
+"""Schedule-agnostic event simulator: per-rank op orders + costs -> makespan, bubbles, memory.
+
+Semantics (exact for the given orders; no time stepping):
+- Each rank runs its op list in order, one op at a time; an op starts at
+  ``max(rank free, every dependency's end + link latency)``.
+- Dependencies, with ``v`` the op's virtual stage and ``V = pp * vpp``:
+  ``F(mb, v)`` needs ``F(mb, v-1)`` (+ p2p of boundary v-1);
+  ``B(mb, v)`` / ``BW(mb, v)`` needs ``B(mb, v+1)`` (+ p2p of boundary v; the last stage has none) and
+  ``F(mb, v)``; ``W(mb, v)`` needs ``B(mb, v)``.
+- Sends are asynchronous: the latency sits on the dependency edge, never on a compute stream. A
+  boundary between two chunks of the same rank (the turn of a V) has zero latency.
+- Memory depends on the order only: F adds ``act_bytes``; B frees ``b_release_fraction`` of it and W
+  the rest; BW frees all of it. The peak is sampled after each F.
+
+Compiling an order (cost-independent, cached by callers) walks it once as a list scheduler: a rank
+runs until its next op misses a dependency, parks on it, and is woken when it completes. That yields
+an evaluation order in which every op follows its dependencies and its rank predecessor; an order
+that can never finish leaves ranks parked and raises ScheduleDeadlockError naming them. The timed
+pass is then one branch-light loop over that evaluation order: O(ops), no event queue.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from oracle.errors import InvalidConfigError
+from oracle.pipeline.types import (LAYOUTS, Layout, Op, PipelineResult, ScheduleDeadlockError, StageCosts,
+                                   stage_map, virtual_stage)
+
+_KIND_INDEX = {"F": 0, "B": 1, "W": 2, "BW": 3}
+_DEP_CLASS = {"F": 0, "B": 1, "BW": 1, "W": 2}  # BW completes the "B" of its stage for its consumers
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CompiledOrder:
+    """An op order checked and turned into flat integer tables; reusable with any StageCosts."""
+
+    pp: int
+    vpp: int
+    layout: Layout
+    num_microbatches: int
+    order: tuple[tuple[Op, ...], ...]
+    rank_ops: tuple[tuple[tuple[int, int, int, int, int], ...], ...]
+    """Per rank, per op: (own key, dep1 key or -1, dep1 boundary or -1 (no latency), dep2 key or -1,
+    cost index kind*vpp + chunk)."""
+    flat: tuple[tuple[int, int, int, int, int, int, int], ...]
+    """Every op once, in an order where its dependencies and its rank predecessor come first:
+    (rank, slot = rank offset + position, key, dep1, boundary1, dep2, global cost index); -1 entries
+    hit sentinels (finish time 0, latency 0), so the time pass has no branches on them."""
+    rank_offsets: tuple[int, ...]
+    """Slot of each rank's first op in the flat start/end arrays (plus the total at the end)."""
+    n_keys: int
+    op_counts: tuple[tuple[int, ...], ...]
+    """Per rank, how many ops of each cost index (for busy time)."""
+    mem_row_rank: np.ndarray
+    """Rank of each memory sample (one sample after every F)."""
+    mem_alive: np.ndarray
+    """Per sample and chunk: F count minus BW count (micro-batches holding activations)."""
+    mem_b: np.ndarray
+    """Per sample and chunk: B count (each released ``b_release_fraction``)."""
+    mem_w: np.ndarray
+    """Per sample and chunk: W count (each released the rest)."""
+    mem_segments: np.ndarray
+    """First sample of each rank (for ``np.maximum.reduceat``)."""
+    peak_in_flight: tuple[int, ...]
+    """Peak micro-batch-chunks alive per rank (order-only)."""
+    splits_bw: bool
+    """True when the order uses separate B and W ops."""
+
+
+def _key(cls: int, mb: int, v: int, m: int, n_stages: int) -> int:
+    return (cls * m + mb) * n_stages + v
+
+
+def _describe_key(key: int, m: int, n_stages: int, smap: Sequence[tuple[int, int]]) -> str:
+    rest, v = divmod(key, n_stages)
+    cls, mb = divmod(rest, m)
+    r, c = smap[v]
+    return f"{'FBW'[cls]}(mb={mb}, stage {v} = rank {r} chunk {c})"
+
+
+def compile_order(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layout,
+                  num_microbatches: int) -> CompiledOrder:
+    """Validate an order (every op exactly once, consistent B/W splitting) and precompute its tables."""
+    m = num_microbatches
+    problems: list[str] = []
+    if pp < 1 or vpp < 1 or m < 1:
+        raise InvalidConfigError(f"pp={pp}, vpp={vpp}, num_microbatches={m} must all be >= 1")
+    if layout not in LAYOUTS:
+        raise InvalidConfigError(f"layout={layout!r} is not one of {' | '.join(LAYOUTS)}")
+    if len(order) != pp:
+        raise InvalidConfigError(f"order has {len(order)} rank lists, pp={pp} needs one per rank")
+    n_stages = pp * vpp
+    smap = stage_map(layout, pp, vpp)
+    vs = [[virtual_stage(layout, pp, vpp, r, c) for c in range(vpp)] for r in range(pp)]
+    seen = {}
+    for r, ops in enumerate(order):
+        for op in ops:
+            if op.kind not in _KIND_INDEX or not 0 <= op.mb < m or not 0 <= op.chunk < vpp:
+                problems.append(f"rank {r}: invalid op {op!r} (kinds F/B/W/BW, mb < {m}, chunk < {vpp})")
+                continue
+            k = (r, op.kind, op.mb, op.chunk)
+            seen[k] = seen.get(k, 0) + 1
+    if problems:
+        raise InvalidConfigError(problems[:10])
+    n_split = n_fused = 0
+    for r in range(pp):
+        for c in range(vpp):
+            for mb in range(m):
+                cnt = {k: seen.get((r, k, mb, c), 0) for k in _KIND_INDEX}
+                if cnt["F"] != 1:
+                    problems.append(f"rank {r}: F(mb={mb}, chunk={c}) appears {cnt['F']} times, needs exactly 1")
+                if cnt["BW"] == 1 and cnt["B"] == 0 and cnt["W"] == 0:
+                    n_fused += 1
+                elif cnt["BW"] == 0 and cnt["B"] == 1 and cnt["W"] == 1:
+                    n_split += 1
+                else:
+                    problems.append(f"rank {r}: backward of (mb={mb}, chunk={c}) needs one BW or one B and one W, "
+                                    f"got BW x{cnt['BW']}, B x{cnt['B']}, W x{cnt['W']}")
+    if problems:
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        raise InvalidConfigError(problems[:9] + [problems[9] + more] if len(problems) > 10 else problems)
+
+    rank_ops = []
+    op_counts = []
+    rows_rank: list[int] = []
+    rows_alive: list[list[int]] = []
+    rows_b: list[list[int]] = []
+    rows_w: list[list[int]] = []
+    segments: list[int] = []
+    peak_in_flight = []
+    for r, ops in enumerate(order):
+        table = []
+        counts = [0] * (4 * vpp)
+        alive = [0] * vpp
+        nb = [0] * vpp
+        nw = [0] * vpp
+        live_chunks = 0
+        peak = 0
+        segments.append(len(rows_rank))
+        for op in ops:
+            c, mb = op.chunk, op.mb
+            v = vs[r][c]
+            kind = op.kind
+            ci = _KIND_INDEX[kind] * vpp + c
+            counts[ci] += 1
+            own = _key(_DEP_CLASS[kind], mb, v, m, n_stages)
+            if kind == "F":
+                if v > 0:
+                    prev_rank = smap[v - 1][0]
+                    table.append((own, _key(0, mb, v - 1, m, n_stages), v - 1 if prev_rank != r else -1, -1, ci))
+                else:
+                    table.append((own, -1, -1, -1, ci))
+                alive[c] += 1
+                live_chunks += 1
+                peak = max(peak, live_chunks)
+                rows_rank.append(r)
+                rows_alive.append(alive.copy())
+                rows_b.append(nb.copy())
+                rows_w.append(nw.copy())
+            elif kind == "W":
+                table.append((own, _key(1, mb, v, m, n_stages), -1, -1, ci))
+                nw[c] += 1
+                live_chunks -= 1
+            else:  # B or BW
+                f_key = _key(0, mb, v, m, n_stages)
+                if v < n_stages - 1:
+                    next_rank = smap[v + 1][0]
+                    table.append((own, _key(1, mb, v + 1, m, n_stages), v if next_rank != r else -1, f_key, ci))
+                else:
+                    table.append((own, f_key, -1, -1, ci))
+                if kind == "B":
+                    nb[c] += 1
+                else:
+                    alive[c] -= 1
+                    live_chunks -= 1
+        rank_ops.append(tuple(table))
+        op_counts.append(tuple(counts))
+        peak_in_flight.append(peak)
+    offsets = [0]
+    for table in rank_ops:
+        offsets.append(offsets[-1] + len(table))
+    n_keys = 3 * m * n_stages
+    flat = _evaluation_order(rank_ops, offsets, n_keys, vpp, order, layout, pp, m)
+    return CompiledOrder(
+        pp=pp, vpp=vpp, layout=layout, num_microbatches=m,
+        order=tuple(tuple(ops) for ops in order), rank_ops=tuple(rank_ops), flat=flat,
+        rank_offsets=tuple(offsets), n_keys=n_keys, op_counts=tuple(op_counts),
+        mem_row_rank=np.asarray(rows_rank, dtype=np.intp),
+        mem_alive=np.asarray(rows_alive, dtype=float).reshape(-1, vpp),
+        mem_b=np.asarray(rows_b, dtype=float).reshape(-1, vpp),
+        mem_w=np.asarray(rows_w, dtype=float).reshape(-1, vpp),
+        mem_segments=np.asarray(segments, dtype=np.intp), peak_in_flight=tuple(peak_in_flight),
+        splits_bw=n_split > 0)
+
+
+def _evaluation_order(rank_ops: list[tuple[tuple[int, int, int, int, int], ...]], offsets: list[int], n_keys: int,
+                      vpp: int, order: Sequence[Sequence[Op]], layout: Layout, pp: int, m: int
+                      ) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+    """List-scheduling walk without times: a rank runs until its next op misses a dependency, parks
+    on it, and is woken when it completes. Ops are emitted in a valid evaluation order; ranks left
+    parked mean the order deadlocks (ScheduleDeadlockError names them)."""
+    done = [False] * n_keys
+    waiting: dict[int, list[int]] = {}
+    ptr = [0] * pp
+    flat = []
+    stack = list(range(pp - 1, -1, -1))
+    while stack:
+        r = stack.pop()
+        ops = rank_ops[r]
+        i = ptr[r]
+        base = offsets[r]
+        while i < len(ops):
+            key, d1, b1, d2, ci = ops[i]
+            missing = d1 if d1 >= 0 and not done[d1] else d2 if d2 >= 0 and not done[d2] else -1
+            if missing >= 0:
+                waiting.setdefault(missing, []).append(r)
+                break
+            flat.append((r, base + i, key, d1, b1, d2, r * 4 * vpp + ci))
+            done[key] = True
+            woken = waiting.pop(key, None)
+            if woken:
+                stack.extend(woken)
+            i += 1
+        ptr[r] = i
+    if len(flat) < offsets[-1]:
+        n_stages = pp * vpp
+        smap = stage_map(layout, pp, vpp)
+        lines = []
+        for r, ops in enumerate(rank_ops):
+            if ptr[r] >= len(ops):
+                continue
+            _, d1, _, d2, _ = ops[ptr[r]]
+            missing = [d for d in (d1, d2) if d >= 0 and not done[d]]
+            lines.append(f"rank {r} stuck at op #{ptr[r]} {order[r][ptr[r]]} waiting for "
+                         + ", ".join(_describe_key(d, m, n_stages, smap) for d in missing))
+        raise ScheduleDeadlockError("pipeline order deadlocks (no rank can make progress): " + "; ".join(lines))
+    return tuple(flat)
+
+
+def _check_costs(plan: CompiledOrder, costs: StageCosts) -> None:
+    if costs.pp != plan.pp or costs.vpp != plan.vpp:
+        raise InvalidConfigError(f"costs are for pp={costs.pp}, vpp={costs.vpp} but the order has "
+                                 f"pp={plan.pp}, vpp={plan.vpp}")
+
+
+def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom", approximate: bool = False,
+                 note: str = "") -> PipelineResult:
+    """Simulate a compiled order with ``costs`` (the hot path of the oracle's search loop)."""
+    _check_costs(plan, costs)
+    pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
+    cost_vecs = [list(costs.f_s[r]) + list(costs.b_s[r]) + list(costs.w_s[r])
+                 + [b + w for b, w in zip(costs.b_s[r], costs.w_s[r])] for r in range(pp)]
+    cost = [x for vec in cost_vecs for x in vec]
+    lat = list(costs.boundary_p2p_s())
+    lat.append(0.0)  # boundary -1: same rank / no dependency
+    fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
+    free = [0.0] * pp
+    n_ops = plan.rank_offsets[-1]
+    starts = [0.0] * n_ops
+    ends = [0.0] * n_ops
+    for r, slot, key, d1, b1, d2, ci in plan.flat:
+        s = free[r]
+        f = fin[d1] + lat[b1]
+        if f > s:
+            s = f
+        f = fin[d2]
+        if f > s:
+            s = f
+        starts[slot] = s
+        e = s + cost[ci]
+        ends[slot] = e
+        fin[key] = e
+        free[r] = e
+
+    makespan = max(free)
+    busy = tuple(sum(n * x for n, x in zip(plan.op_counts[r], cost_vecs[r])) for r in range(pp))
+    act = np.asarray(costs.act_bytes, dtype=float)
+    frac = costs.b_release_fraction
+    live = plan.mem_alive - frac * plan.mem_b - (1.0 - frac) * plan.mem_w
+    per_sample = (live * act[plan.mem_row_rank]).sum(axis=1)
+    peaks = np.maximum.reduceat(per_sample, plan.mem_segments)
+    offs = plan.rank_offsets
+    return PipelineResult(
+        schedule=name, pp=pp, vpp=vpp, layout=plan.layout, num_microbatches=m, makespan_s=makespan,
+        busy_s=busy, bubble_s=tuple(makespan - b for b in busy),
+        peak_activation_bytes=tuple(peaks.tolist()), peak_in_flight=plan.peak_in_flight,
+        order=plan.order, start_s=tuple(tuple(starts[offs[r]:offs[r + 1]]) for r in range(pp)),
+        end_s=tuple(tuple(ends[offs[r]:offs[r + 1]]) for r in range(pp)),
+        approximate=approximate, note=note)
+
+
+def simulate(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layout, num_microbatches: int,
+             costs: StageCosts, *, name: str = "custom", approximate: bool = False, note: str = "") -> PipelineResult:
+    """Simulate per-rank op lists ``order`` (see the module docstring for the exact semantics).
+
+    Raises InvalidConfigError for a malformed order (missing/duplicate ops, wrong shapes) and
+    ScheduleDeadlockError (a ValueError) when the order can never finish.
+    """
+    return run_compiled(compile_order(order, pp, vpp, layout, num_microbatches), costs,
+                        name=name, approximate=approximate, note=note)
+
+
+def lower_bound_s(pp: int, vpp: int, layout: Layout, num_microbatches: int, costs: StageCosts) -> float:
+    """A makespan no order can beat: max(busiest rank + its earliest start, one micro-batch's chain).
+
+    The chain is F through every stage (+ p2p), then B back to stage v and that stage's W, maximised
+    over v; the B and W costs used are those of split schedules (a fused BW costs the same b + w).
+    """
+    smap = stage_map(layout, pp, vpp)
+    n_stages = pp * vpp
+    lat = list(costs.boundary_p2p_s())
+    for v in range(n_stages - 1):
+        if smap[v][0] == smap[v + 1][0]:
+            lat[v] = 0.0
+    f = [costs.f_s[r][c] for r, c in smap]
+    b = [costs.b_s[r][c] for r, c in smap]
+    w = [costs.w_s[r][c] for r, c in smap]
+    f_start = [0.0] * n_stages
+    for v in range(1, n_stages):
+        f_start[v] = f_start[v - 1] + f[v - 1] + lat[v - 1]
+    t = f_start[-1] + f[-1]
+    chain = 0.0
+    for v in range(n_stages - 1, -1, -1):
+        t += b[v]
+        chain = max(chain, t + w[v])
+        if v > 0:
+            t += lat[v - 1]
+    m = num_microbatches
+    per_rank = 0.0
+    for r in range(pp):
+        busy = m * sum(costs.f_s[r][c] + costs.b_s[r][c] + costs.w_s[r][c] for c in range(vpp))
+        head = min(f_start[virtual_stage(layout, pp, vpp, r, c)] for c in range(vpp))
+        per_rank = max(per_rank, head + busy)
+    return max(chain, per_rank)
