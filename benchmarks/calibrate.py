@@ -1,0 +1,145 @@
+"""Fit the achievable-efficiency constants of hardware profiles on a validation CSV, as a whole.
+
+    python benchmarks/calibrate.py ../shared/validation/calibration.csv [--quality A,B] [--hardware h100-sxm]
+
+Profiles are fitted in FAMILIES (parts that share a software stack and kernel libraries):
+- a family with many rows (>= 8) gets one multiplier per GEMM precision that appears in its rows, plus
+  one joint scale of the attention forward/backward efficiencies when its rows vary the attention
+  share (sequence lengths spanning >= 4x);
+- a family with few rows gets ONE multiplier shared by every GEMM efficiency of every part in it, so
+  the per-part / per-precision ratios stay those of the sourced priors in the YAMLs.
+Least squares on log(projected/measured) over ALL the family's rows of the requested quality;
+nothing is fitted per row, and a field no row exercises is left alone. The script prints the fitted values, the rows and their errors before/after: paste the values
+into the profile YAML with a source line naming this script, the CSV and the row ids (docs/calibration.md).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from oracle.config import Cluster  # noqa: E402
+from oracle.hardware import load_hardware  # noqa: E402
+from oracle.projector import project  # noqa: E402
+from oracle.validate import read_rows, row_to_run  # noqa: E402
+
+
+def _with_eff(run, **eff):
+    hw = run.cluster.hardware
+    hw2 = dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **eff))
+    return dataclasses.replace(run, cluster=Cluster(hardware=hw2, num_gpus=run.cluster.num_gpus))
+
+
+def _measured(row):
+    v = row.get("measured_tokens_per_s_per_gpu") or ""
+    if v.strip():
+        return "tokens", float(v)
+    return "tflops", float(row["measured_tflops_per_gpu"])
+
+
+FAMILIES = {"nvidia-hopper": ("h100-sxm", "h200-sxm"), "nvidia-ampere": ("a100-80gb",),
+            "nvidia-blackwell": ("b200", "b300", "gb200-nvl72", "gb300-nvl72"),
+            "amd-instinct": ("mi300x", "mi325x", "mi355x")}
+MANY_ROWS = 8
+
+
+def family_of(profile: str) -> str:
+    for fam, members in FAMILIES.items():
+        if profile in members:
+            return fam
+    return profile
+
+
+def fit_family(family: str, rows: list[dict]) -> dict:
+    runs = []
+    for row in rows:
+        run, assumed, skip = row_to_run(row)
+        if skip:
+            continue
+        if assumed and not project(run).fits:
+            # the configuration as published + defaults does not fit in memory, so it is not what ran
+            # (e.g. an unstated recompute); its throughput would teach the fit the wrong thing
+            print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
+            continue
+        q, meas = _measured(row)
+        runs.append((row["id"], run, q, meas))
+    if not runs:
+        return {}
+    profiles = sorted({r.cluster.hardware.name for _, r, _, _ in runs})
+    precisions = sorted({("gemm_fp8" if r.training.precision == "fp8" else "gemm_bf16") for _, r, _, _ in runs})
+    seqs = {r.training.seq_len for _, r, _, _ in runs}
+    if len(runs) >= MANY_ROWS:
+        names = precisions + (["attention"] if max(seqs) >= 4 * min(seqs) else [])
+    else:
+        names = ["gemm"]
+    x0 = np.zeros(len(names))  # log multipliers
+
+    def eff_for(hw, x):
+        e = hw.efficiency
+        d = {}
+        for n, v in zip(names, x):
+            if n == "attention":
+                d["attention_fwd"] = e.attention_fwd * math.exp(v)
+                d["attention_bwd"] = e.attention_bwd * math.exp(v)
+            elif n == "gemm":
+                d["gemm_bf16"] = e.gemm_bf16 * math.exp(v)
+                d["gemm_fp8"] = e.gemm_fp8 * math.exp(v)
+            else:
+                d[n] = getattr(e, n) * math.exp(v)
+        return d
+
+    def resid(x):
+        out = []
+        for _, run, q, meas in runs:
+            p = project(_with_eff(run, **eff_for(run.cluster.hardware, x)))
+            val = p.tokens_per_s_per_gpu if q == "tokens" else p.tflops_per_gpu
+            out.append(math.log(val / meas))
+        return np.array(out)
+
+    before = resid(x0)
+    sol = least_squares(resid, x0, bounds=(-1.5, 1.0), diff_step=1e-3)
+    after = resid(sol.x)
+    fields = {name: eff_for(load_hardware(name), sol.x) for name in profiles}
+    return {"family": family, "params": dict(zip(names, np.exp(sol.x))), "fields": fields,
+            "rows": [r[0] for r in runs], "before": before, "after": after}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv")
+    ap.add_argument("--quality", default="A,B")
+    ap.add_argument("--hardware", default=None)
+    args = ap.parse_args()
+    quals = set(args.quality.split(","))
+    rows = [r for r in read_rows(args.csv) if (r.get("quality") or "") in quals]
+    by_fam: dict[str, list] = {}
+    for r in rows:
+        if args.hardware and r["hardware"].strip() != args.hardware:
+            continue
+        by_fam.setdefault(family_of(r["hardware"].strip()), []).append(r)
+    for fam, rs in sorted(by_fam.items()):
+        res = fit_family(fam, rs)
+        if not res:
+            continue
+        print(f"== family {fam}: {len(res['rows'])} rows ({args.quality}); multipliers "
+              + ", ".join(f"{k} x{v:.3f}" for k, v in res["params"].items()))
+        for prof, fields in res["fields"].items():
+            print(f"   {prof}: " + ", ".join(f"{k}={v:.3f}" for k, v in fields.items()))
+        for rid, b, a in zip(res["rows"], res["before"], res["after"]):
+            print(f"   {rid:24s} before {100 * (math.exp(b) - 1):+6.1f}%   after {100 * (math.exp(a) - 1):+6.1f}%")
+        med_b = statistics.median(abs(math.exp(b) - 1) for b in res["before"])
+        med_a = statistics.median(abs(math.exp(a) - 1) for a in res["after"])
+        print(f"   median |error| before {100 * med_b:.1f}%  after {100 * med_a:.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
