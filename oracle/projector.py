@@ -137,6 +137,39 @@ class LayerTimeSource:
         return LayerModel(L, comm)
 
 
+def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
+    """Layout, comm model, per-(rank, chunk) costs and the StageCosts the schedule simulator runs."""
+    t = run.training
+    L = Layout(run)
+    comm = comm_model(run.cluster.hardware, run.cluster.num_gpus)
+    lm = src.layer_model(L, comm)
+    pp, vpp = t.pp, t.vpp
+    chunks = [[_chunk_costs(run, L, lm, r, c) for c in range(vpp)] for r in range(pp)]
+    split = get_schedule(t.schedule).splits_bw
+    edges, p2p_algo = _p2p_edges(run, L, comm)
+    # activation "bytes" in units of a full micro-batch of the rank, so the simulator's peak is the
+    # in-flight count the memory model wants (B/W release fractions included)
+    act = tuple(tuple(1.0 / vpp for _ in row) for row in chunks)
+    f = tuple(tuple(c.f for c in row) for row in chunks)
+    if split:
+        b = tuple(tuple(c.b for c in row) for row in chunks)
+        w = tuple(tuple(c.w for c in row) for row in chunks)
+    else:
+        b = tuple(tuple(c.b + c.w for c in row) for row in chunks)
+        w = tuple(tuple(0.0 for _ in row) for row in chunks)
+    costs = StageCosts(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges))
+    return L, comm, chunks, costs, edges, p2p_algo
+
+
+def pipeline_result(run: RunConfig, *, source: LayerTimeSource | None = None):
+    """The simulated pipeline schedule of ``run`` (for Gantt charts); None when pp == 1."""
+    if run.training.pp == 1:
+        return None
+    L, _, _, costs, _, _ = _pipeline_inputs(run, source or LayerTimeSource())
+    t = run.training
+    return run_schedule(t.schedule, t.pp, t.vpp, L.num_microbatches, costs)
+
+
 def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource | None = None) -> Projection:
     """Project memory and throughput of ``run`` (already legality-checked by RunConfig)."""
     if mode not in MODES:
@@ -147,24 +180,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     src = source or LayerTimeSource()
     t, m, hw = run.training, run.model, run.cluster.hardware
     n = run.cluster.num_gpus
-    L = Layout(run)
-    comm = comm_model(hw, n)
-    lm = src.layer_model(L, comm)
+    L, comm, chunks, costs, edges, p2p_algo = _pipeline_inputs(run, src)
     pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
-    chunks = [[_chunk_costs(run, L, lm, r, c) for c in range(vpp)] for r in range(pp)]
-    split = get_schedule(t.schedule).splits_bw
-    edges, p2p_algo = _p2p_edges(run, L, comm)
-    # activation "bytes" in units of a full micro-batch of the rank, so the simulator's peak is the
-    # in-flight count the memory model wants (B/W release fractions included)
-    act = tuple(tuple(1.0 / vpp for _ in row) for row in chunks)
-    if split:
-        costs = StageCosts(f_s=tuple(tuple(c.f for c in row) for row in chunks),
-                           b_s=tuple(tuple(c.b for c in row) for row in chunks),
-                           w_s=tuple(tuple(c.w for c in row) for row in chunks), act_bytes=act, p2p_s=tuple(edges))
-    else:
-        costs = StageCosts(f_s=tuple(tuple(c.f for c in row) for row in chunks),
-                           b_s=tuple(tuple(c.b + c.w for c in row) for row in chunks),
-                           w_s=tuple(tuple(0.0 for _ in row) for row in chunks), act_bytes=act, p2p_s=tuple(edges))
     if pp == 1:
         per_mb = sum(c.f + c.b + c.w for c in chunks[0])
         makespan = mb * per_mb

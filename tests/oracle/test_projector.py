@@ -1,0 +1,130 @@
+"""Projector: composition of Eq. 1, breakdown consistency, and physical monotonicity."""
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oracle.config import RunConfig
+from oracle.errors import BenchmarkError, InvalidConfigError
+from oracle.projector import pipeline_result, project
+
+
+def run_of(model="llama3.1-70b", hw="h100-sxm", n=64, **t):
+    t.setdefault("seq_len", 8192)
+    t.setdefault("gbs", 128)
+    return RunConfig.from_dict({"model": model, "cluster": {"hardware": hw, "num_gpus": n}, "training": t})
+
+
+def total_of(p):
+    b = p.breakdown
+    return b.compute_s + b.recompute_s + b.bubble_s + b.optimizer_s + b.other_s + sum(c.exposed_s for c in b.comm)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(tp=8, pp=1), dict(tp=4, pp=4, vpp=5, precision="fp8"), dict(tp=8, pp=2, recompute="full"),
+    dict(tp=2, pp=4, pp_schedule="zero_bubble", gbs=256), dict(tp=4, pp=2, vpp=2, pp_schedule="zbv"),
+    dict(tp=1, fsdp=True, gbs=64), dict(tp=2, cp=2, pp=2, use_distributed_optimizer=False),
+])
+def test_breakdown_adds_up_to_the_iteration(kw):
+    run = run_of(**kw)
+    p = project(run)
+    assert total_of(p) == pytest.approx(p.iteration_time_s, rel=1e-9)
+    assert p.tokens_per_s_per_gpu == pytest.approx(run.training.gbs * 8192 / p.iteration_time_s / 64)
+    for c in p.breakdown.comm:
+        assert 0 <= c.exposed_s <= c.total_s + 1e-12, c
+
+
+def test_json_has_the_documented_keys():
+    d = project(run_of(tp=8)).to_dict()
+    for k in ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "iteration_time_s", "memory", "breakdown_s",
+              "mode", "config", "warnings"):
+        assert k in d
+    for k in ("peak_gib", "cap_gib", "fits", "params_gib", "grads_gib", "optimizer_gib", "activations_gib",
+              "other_gib", "worst_stage"):
+        assert k in d["memory"]
+    assert RunConfig.from_dict(d["config"]).key() == run_of(tp=8).key()
+
+
+def test_recompute_costs_time():
+    base = dict(tp=8, pp=2, gbs=128)
+    none = project(run_of(**base)).iteration_time_s
+    sel = project(run_of(recompute="selective", **base)).iteration_time_s
+    part = project(run_of(recompute="full", recompute_num_layers=10, **base)).iteration_time_s
+    full = project(run_of(recompute="full", **base)).iteration_time_s
+    assert none < sel < part < full
+    assert full / none == pytest.approx(4 / 3, rel=0.12)  # a replayed forward is ~1/3 of fwd+bwd
+
+
+def test_fp8_is_faster_on_a_gemm_bound_model():
+    assert project(run_of(tp=8, precision="fp8")).iteration_time_s < project(run_of(tp=8)).iteration_time_s
+
+
+def test_comm_kinds_follow_the_layout():
+    kinds = {c.kind for c in project(run_of(tp=8)).breakdown.comm}
+    assert "tp" in kinds and "cp" not in kinds and "ep_a2a" not in kinds
+    kinds = {c.kind for c in project(run_of(tp=2, cp=2)).breakdown.comm}
+    assert {"tp", "cp"} <= kinds
+    moe = run_of("mixtral-8x22b", "mi355x", 32, seq_len=8192, gbs=512, pp=4, vpp=2, ep=8)
+    kinds = {c.kind for c in project(moe).breakdown.comm}
+    assert "ep_a2a" in kinds and "pp_p2p" in kinds
+
+
+def test_deepep_beats_alltoall_when_ep_spans_nodes():
+    kw = dict(seq_len=4096, gbs=512, ep=16, pp=2, precision="fp8")
+    a2a = project(run_of("qwen3-30b-a3b", "h100-sxm", 64, **kw)).tokens_per_s_per_gpu
+    deepep = project(run_of("qwen3-30b-a3b", "h100-sxm", 64, moe_a2a_backend="deepep", **kw)).tokens_per_s_per_gpu
+    assert deepep > a2a
+
+
+def test_moe_imbalance_slows_the_busiest_rank():
+    kw = dict(seq_len=4096, gbs=256, ep=8, precision="fp8")
+    bal = project(run_of("qwen3-30b-a3b", "h100-sxm", 32, **kw)).iteration_time_s
+    skew = project(run_of("qwen3-30b-a3b", "h100-sxm", 32, moe_imbalance=1.3, **kw)).iteration_time_s
+    assert skew > bal
+
+
+def test_zero_bubble_schedules_shrink_the_bubble():
+    kw = dict(tp=8, pp=4, gbs=64)
+    b1 = project(run_of(**kw)).breakdown.bubble_s
+    zb = project(run_of(pp_schedule="zero_bubble", **kw)).breakdown.bubble_s
+    assert zb < b1
+
+
+def test_gantt_source_and_pp1():
+    assert pipeline_result(run_of(tp=8)) is None
+    res = pipeline_result(run_of(tp=8, pp=2))
+    assert res.makespan_s > 0
+
+
+def test_modes():
+    run = run_of(tp=8)
+    with pytest.raises(BenchmarkError, match="not available in this version yet"):
+        project(run, mode="benchmark")
+    with pytest.raises(InvalidConfigError, match="mode='fast'"):
+        project(run, mode="fast")
+
+
+def test_does_not_fit_is_a_result_not_an_error():
+    p = project(run_of(tp=1, pp=1, gbs=64, use_distributed_optimizer=False))
+    assert p.fits is False and p.tokens_per_s_per_gpu > 0 and p.warnings
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), mbs=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "selective", "full"]), ep=st.sampled_from([1, 2, 4]),
+       precision=st.sampled_from(["bf16", "fp8"]), backend=st.sampled_from(["alltoall", "deepep"]))
+def test_every_time_term_is_non_negative_and_finite(tp, pp, mbs, recompute, ep, precision, backend):
+    try:
+        run = RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
+                                   "training": {"seq_len": 1024, "gbs": 64, "tp": tp, "pp": pp, "mbs": mbs,
+                                                "ep": ep, "recompute": recompute, "precision": precision,
+                                                "moe_a2a_backend": backend}})
+    except InvalidConfigError:
+        return
+    p = project(run)
+    b = p.breakdown
+    for v in (b.compute_s, b.recompute_s, b.bubble_s, b.optimizer_s, p.iteration_time_s):
+        assert v >= 0 and math.isfinite(v)
+    assert all(c.exposed_s >= 0 and c.total_s >= 0 for c in b.comm)
+    assert total_of(p) == pytest.approx(p.iteration_time_s, rel=1e-9)

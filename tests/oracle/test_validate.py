@@ -1,0 +1,80 @@
+"""Accuracy against published measurements (golden table: ../shared/validation/calibration.csv).
+
+These are the bars of the projection issue; they are asserted, so a change to a formula or a
+hardware constant that breaks them fails CI. Known misses are recorded as strict xfails.
+"""
+import statistics
+
+import pytest
+
+from oracle.validate import read_rows, summarize, validate_rows
+from tests.conftest import SHARED
+
+CSV = SHARED / "validation" / "calibration.csv"
+pytestmark = pytest.mark.skipif(not CSV.exists(), reason="shared/validation/calibration.csv not present")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate_rows(read_rows(CSV))
+
+
+def test_no_row_is_silently_dropped(results):
+    assert len(results) == len(read_rows(CSV))
+    for r in results:
+        assert (r.skipped is None) == (r.projected is not None)
+        if r.skipped:
+            assert r.skipped.strip()
+
+
+def test_quality_ab_accuracy(results):
+    ab = [r for r in results if r.quality in ("A", "B") and r.skipped is None]
+    assert len(ab) >= 20
+    errs = [abs(r.error) for r in ab]
+    assert statistics.median(errs) <= 0.12
+    assert max(errs) <= 0.30, max(ab, key=lambda r: abs(r.error)).id
+
+
+def test_qwen3_sweep_rank_correlation(results):
+    g = summarize(results)["groups"]["paper-appE-qwen3-235b"]
+    assert g["spearman"] >= 0.9 and g["regret"] == 0.0
+
+
+@pytest.mark.xfail(strict=True, reason="known miss (docs/accuracy.md): measured MBS=2 beats MBS=1 by ~5% at "
+                   "equal recompute; no modelled mechanism reproduces it, Spearman 0.857")
+def test_mixtral_sweep_rank_correlation(results):
+    g = summarize(results)["groups"]["paper-appE-mixtral-8x22b"]
+    assert g["spearman"] >= 0.9
+
+
+def test_assumed_fields_are_listed(results):
+    r = next(r for r in results if r.id == "nemo-longseq-h100-01")
+    assert "mbs" in r.assumed and "vpp" in r.assumed
+
+
+def test_bad_csv(tmp_path):
+    from oracle.errors import InvalidConfigError
+    p = tmp_path / "bad.csv"
+    p.write_text("id,model\nx,llama2-7b\n")
+    with pytest.raises(InvalidConfigError, match="lacks required column"):
+        read_rows(p)
+    with pytest.raises(InvalidConfigError, match="does not exist"):
+        read_rows(tmp_path / "missing.csv")
+    p.write_text("id,model,hardware,num_gpus,seq_len,gbs,measured_tokens_per_s_per_gpu\n"
+                 "r1,llama2-7b,h100-sxm,8,4096,128,1000,extra\n")
+    with pytest.raises(InvalidConfigError, match="row 2 has 8 cells"):
+        read_rows(p)
+
+
+def test_unexpressible_rows_carry_reasons(tmp_path):
+    p = tmp_path / "rows.csv"
+    p.write_text("id,group,model,hardware,num_gpus,seq_len,gbs,tp,measured_tokens_per_s_per_gpu\n"
+                 "ok,g,llama2-7b,h100-sxm,8,4096,128,1,1000\n"
+                 "noseq,g,llama2-7b,h100-sxm,8,,128,1,1000\n"
+                 "badtp,g,llama2-7b,h100-sxm,8,4096,128,3,1000\n"
+                 "nomodel,g,llama-99b,h100-sxm,8,4096,128,1,1000\n")
+    res = {r.id: r for r in validate_rows(read_rows(p))}
+    assert res["ok"].skipped is None and res["ok"].error is not None
+    assert "seq_len is not published" in res["noseq"].skipped
+    assert "does not divide 8 GPUs" in res["badtp"].skipped
+    assert "unknown model 'llama-99b'" in res["nomodel"].skipped

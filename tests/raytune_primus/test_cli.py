@@ -1,0 +1,131 @@
+"""The command line as a new user meets it: happy paths and bad input (one-line errors, exit 2)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from raytune_primus.cli import main
+from tests.conftest import ROOT
+
+CONFIG = ROOT / "tests" / "fixtures" / "configs" / "llama70b-h100.yaml"
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_project_table(capsys):
+    code, out, err = run_cli(capsys, "project", str(CONFIG))
+    assert code == 0, err
+    assert "memory per GPU" in out and "tokens/s/GPU" in out and "memory tree" in out
+
+
+def test_project_json_with_override(capsys):
+    code, out, _ = run_cli(capsys, "project", str(CONFIG), "--set", "training.pp=8", "--set", "vpp=5",
+                           "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["config"]["training"]["pp"] == 8 and d["mode"] == "simulate"
+    assert d["tokens_per_s_per_gpu"] > 0 and "fits" in d["memory"]
+
+
+def test_compare_schedules_and_gantt(capsys, tmp_path):
+    png = tmp_path / "g.png"
+    code, out, err = run_cli(capsys, "project", str(CONFIG), "--compare-schedules", "--gantt", str(png))
+    assert code == 0, err
+    assert "zero_bubble" in out and "vs 1F1B" in out
+    assert png.exists() and png.stat().st_size > 1000
+
+
+def write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+BAD = [
+    ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\ntraining: {seq_len: 8192, gbs: 128, tpp: 8}\n",
+     "unknown key 'tpp' (did you mean 'tp'?)"),
+    ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\ntraining: {seq_len: 8192, gbs: 128, tp: 3}\n",
+     "tp*pp*cp = 3*1*1 = 3 does not divide 64 GPUs"),
+    ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\ntraining: [1, 2]\n",
+     "config.training must be a mapping"),
+    ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\ntraining: {seq_len: 8192, gbs: 128\n",
+     "is not valid YAML/JSON at line"),
+    ("model: llama-3.1-70b\ncluster: {hardware: h100, num_gpus: 64}\ntraining: {seq_len: 8192, gbs: 128}\n",
+     "unknown model 'llama-3.1-70b'; valid:"),
+    ("- a\n- b\n", "must hold a mapping at the top level"),
+    ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\n", "missing required section 'training'"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD)
+def test_bad_input_is_one_line_per_problem_and_exit_2(capsys, tmp_path, text, needle):
+    code, out, err = run_cli(capsys, "project", write(tmp_path, text))
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err and out == ""
+    assert all(line.startswith("error: ") for line in err.strip().splitlines())
+
+
+def test_missing_file_and_bad_override(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "project", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "does not exist" in err
+    code, _, err = run_cli(capsys, "project", str(CONFIG), "--set", "training.tp")
+    assert code == 2 and "expected KEY=VALUE" in err
+    code, _, err = run_cli(capsys, "project", str(CONFIG), "--mode", "benchmark")
+    assert code == 2 and "benchmark mode" in err
+
+
+def test_no_traceback_from_a_real_process(tmp_path):
+    bad = write(tmp_path, BAD[1][0])
+    proc = subprocess.run([sys.executable, "-m", "raytune_primus", "project", bad], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "does not divide" in proc.stderr
+
+
+def test_hardware_and_models_listing(capsys):
+    code, out, _ = run_cli(capsys, "hardware", "list")
+    assert code == 0 and "mi355x" in out and "gb200-nvl72" in out
+    code, out, _ = run_cli(capsys, "hardware", "show", "h100-sxm")
+    assert code == 0 and json.loads(out)["efficiency"]["gemm_bf16"]["source"]
+    code, _, err = run_cli(capsys, "hardware", "show", "h1000")
+    assert code == 2 and "unknown hardware profile 'h1000'" in err
+    code, out, _ = run_cli(capsys, "models", "list")
+    assert code == 0 and "deepseek-v3" in out
+    code, out, _ = run_cli(capsys, "models", "show", "mixtral-8x22b")
+    assert code == 0 and json.loads(out)["num_experts"] == 8
+
+
+def test_models_import(capsys, tmp_path):
+    src = ROOT / "tests" / "fixtures" / "hf" / "llama-3.1-8b" / "config.json"
+    if not src.exists():
+        src = next((ROOT / "tests" / "fixtures" / "hf").rglob("*.json"))
+    out_yaml = tmp_path / "card.yaml"
+    code, out, err = run_cli(capsys, "models", "import", str(src), "-o", str(out_yaml))
+    assert code == 0, err
+    assert out_yaml.exists()
+    cfg = write(tmp_path, f"model: {out_yaml}\ncluster: {{hardware: h100-sxm, num_gpus: 8}}\n"
+                          f"training: {{seq_len: 4096, gbs: 64}}\n", "run.yaml")
+    code, out, err = run_cli(capsys, "project", cfg, "--format", "json")
+    assert code == 0, err
+
+
+def test_validate_json(capsys, tmp_path):
+    csv = tmp_path / "v.csv"
+    csv.write_text("id,group,model,hardware,num_gpus,seq_len,gbs,tp,measured_tokens_per_s_per_gpu\n"
+                   "a,g,llama2-7b,h100-sxm,8,4096,128,1,15000\nb,g,llama2-7b,h100-sxm,8,4096,128,2,14000\n"
+                   "c,g,llama2-7b,h100-sxm,8,4096,128,8,12000\nd,g,llama2-7b,h100-sxm,8,,128,1,1\n")
+    code, out, err = run_cli(capsys, "validate", str(csv), "--format", "json", "--plot", str(tmp_path / "p.png"))
+    assert code == 0, err
+    d = json.loads(out)
+    assert {r["id"] for r in d["rows"]} == {"a", "b", "c", "d"}
+    row = d["rows"][0]
+    for k in ("id", "group", "quantity", "measured", "projected", "error", "skipped", "fits", "projected_peak_gib",
+              "measured_peak_mem_gib", "assumed"):
+        assert k in row
+    assert d["groups"]["g"]["spearman"] is not None and "summary" in d
+    assert (tmp_path / "p.png").exists()
