@@ -9,6 +9,8 @@ min(seq, window) keys. This is what NeMo's published TFLOP/s use, so ours compar
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from oracle.model_card import ModelCard
 
 
@@ -42,6 +44,7 @@ def attention_flops_per_token(card: ModelCard, seq_len: int, layer: int) -> floa
     return 2.0 * keys * card.num_attention_heads * (d_qk + d_v)
 
 
+@lru_cache(maxsize=1024)
 def model_flops_per_token(card: ModelCard, seq_len: int) -> float:
     """Forward+backward model FLOPs per token (3x forward), excluding recompute."""
     fwd = 0.0

@@ -24,7 +24,8 @@ from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout
 from oracle.memory import project_memory, rank_param_counts
-from oracle.pipeline import StageCosts, get_schedule, run_schedule
+from oracle.pipeline import StageCosts, get_schedule, quantized, run_schedule
+from oracle.pipeline.schedules.ilp import time_limit as ilp_time_limit
 from oracle.results import CommTerm, Projection, TimeBreakdown
 
 MODES = ("simulate", "benchmark", "both")
@@ -33,6 +34,8 @@ FSDP_CEIL_AG, FSDP_CEIL_RECOMPUTE_AG, FSDP_CEIL_RS = 0.95, 0.93, 0.92
 # Adam step traffic per parameter shard: read fp32 master, grad, m, v (16 B), write master, m, v (12 B)
 # and the bf16 weight (2 B), plus a grad-norm pass (4 B) — multi-tensor-apply kernels are HBM bound.
 OPTIMIZER_BYTES_PER_PARAM = 34
+# search mode: the exact W-placement MILP gets this wall-clock budget, then keeps its best order
+FAST_ILP_TIME_LIMIT_S = 0.5
 
 
 @lru_cache(maxsize=256)
@@ -62,27 +65,30 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
     m, t = run.model, run.training
     layers = L.stage_layers[rank][chunk]
     n_rec = L.recomputed_layers(rank, chunk)
-    f = b = w = rec = 0.0
+    # identical layers cost the same: group by (kind, window, replayed by full recompute)
+    groups: dict[tuple[str, int | None, bool], int] = {}
+    for j, i in enumerate(layers):
+        key = (m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None, j < n_rec)
+        groups[key] = groups.get(key, 0) + 1
+    f = b = w = rec = comm_f = 0.0
     exp: dict[str, float] = {}
     tot: dict[str, float] = {}
-    for j, i in enumerate(layers):
-        window = m.sliding_window if m.uses_window(i) else None
-        c = lm.layer(m.layer_kinds[i], window)
-        f += c.f_s
-        b += c.b_s
-        w += c.w_s
+    for (kind, window, replayed), n in groups.items():
+        c = lm.layer(kind, window)
+        f += n * c.f_s
+        b += n * c.b_s
+        w += n * c.w_s
+        comm_f += n * c.f_exposed_comm_s
         for k, part in c.comm.items():
-            _add(exp, k, part.f_exposed_s + part.b_exposed_s)
-            _add(tot, k, part.f_total_s + part.b_total_s)
-        if j < n_rec:  # full recompute replays the layer forward (incl. its TP/CP/EP comm) before B
-            rec += c.f_s + c.f_exposed_comm_s
+            _add(exp, k, n * (part.f_exposed_s + part.b_exposed_s))
+            _add(tot, k, n * (part.f_total_s + part.b_total_s))
+        if replayed:  # full recompute replays the layer forward (incl. its TP/CP/EP comm) before B
+            rec += n * (c.f_s + c.f_exposed_comm_s)
             for k, part in c.comm.items():
-                _add(exp, k, part.f_exposed_s)
-                _add(tot, k, part.f_total_s)
+                _add(exp, k, n * part.f_exposed_s)
+                _add(tot, k, n * part.f_total_s)
         elif t.recompute == "selective":
-            rec += c.attn_f_s
-    comm_f = sum(lm.layer(m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None).f_exposed_comm_s
-                  for i in layers)
+            rec += n * c.attn_f_s
     comm_b = sum(exp.values()) - comm_f
     if L.has_embedding(rank, chunk):
         ef, eb = lm.embedding()
@@ -170,8 +176,15 @@ def pipeline_result(run: RunConfig, *, source: LayerTimeSource | None = None):
     return run_schedule(t.schedule, t.pp, t.vpp, L.num_microbatches, costs)
 
 
-def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource | None = None) -> Projection:
-    """Project memory and throughput of ``run`` (already legality-checked by RunConfig)."""
+def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource | None = None,
+            fast_schedules: bool = False, memory_tree: bool = True) -> Projection:
+    """Project memory and throughput of ``run`` (already legality-checked by RunConfig).
+
+    ``fast_schedules``: cost-aware schedules (ilp, zbv_greedy, v_half, v_min) build their order from
+    costs quantised to 1/32 of the largest op, so a search reuses solved orders across similar
+    configurations (seconds -> milliseconds for ilp); the replay uses exact costs and the result says so.
+    ``memory_tree=False`` skips the per-module memory tree (searches do not read it).
+    """
     if mode not in MODES:
         raise InvalidConfigError(f"mode={mode!r} is not one of {' | '.join(MODES)}")
     if mode != "simulate" and source is None:
@@ -189,13 +202,17 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         in_flight = None
         p2p_total = 0.0
     else:
-        res = run_schedule(t.schedule, pp, vpp, mb, costs)
+        if fast_schedules:
+            with ilp_time_limit(FAST_ILP_TIME_LIMIT_S):
+                res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=quantized(costs))
+        else:
+            res = run_schedule(t.schedule, pp, vpp, mb, costs)
         makespan = res.makespan_s
         busy = list(res.busy_s)
         in_flight = list(res.peak_activation_bytes)
         p2p_total = 2 * mb * sum(edges)
     crit = max(range(pp), key=lambda r: busy[r])
-    memory = project_memory(run, in_flight=in_flight)
+    memory = project_memory(run, in_flight=in_flight, trees="worst" if memory_tree else "none")
 
     # ---------------- data-parallel gradient sync, parameter gather, FSDP, optimizer
     terms: list[CommTerm] = []
@@ -290,6 +307,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         "mfu_peak": f"{'fp8' if t.precision == 'fp8' else 'bf16'} dense peak of {hw.name}",
         "stage_times_s": [[{"f": c.f, "b": c.b, "w": c.w} for c in row] for row in chunks],
         "makespan_s": makespan,
+        "schedule_approximate": bool(pp > 1 and res.approximate),
+        "schedule_note": res.note if pp > 1 else "",
     }
     warnings = []
     if not memory.fits:

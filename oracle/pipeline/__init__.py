@@ -25,7 +25,7 @@ from oracle.pipeline.types import (Layout, Op, PipelineResult, ScheduleDeadlockE
 __all__ = [
     "Layout", "Op", "StageCosts", "PipelineResult", "TimelineEntry", "ScheduleDeadlockError", "SCHEDULES",
     "virtual_stage", "stage_map", "simulate", "lower_bound_s", "run_schedule", "compare_schedules",
-    "closed_form_bubble", "applicable_schedules", "get_schedule", "build_order",
+    "closed_form_bubble", "applicable_schedules", "get_schedule", "build_order", "quantized",
 ]
 
 
@@ -44,15 +44,39 @@ def build_order(name: str, pp: int, vpp: int, num_microbatches: int,
     return [list(ops) for ops in plan.order]
 
 
-def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: StageCosts) -> PipelineResult:
+def quantized(costs: StageCosts, steps: int = 32) -> StageCosts:
+    """``costs`` rounded to multiples of (largest op cost / steps): similar configurations share one
+    cost-aware plan (the ILP / greedy orders), while the simulation still uses the exact costs."""
+    top = max(max(max(r) for r in costs.f_s), max(max(r) for r in costs.b_s), max(max(r) for r in costs.w_s))
+    if top <= 0:
+        return costs
+    q = top / steps
+
+    def rnd(m):
+        return tuple(tuple(round(x / q) * q for x in row) for row in m)
+    p2p = costs.p2p_s if isinstance(costs.p2p_s, float) else tuple(round(x / q) * q for x in costs.p2p_s)
+    return StageCosts(f_s=rnd(costs.f_s), b_s=rnd(costs.b_s), w_s=rnd(costs.w_s), act_bytes=costs.act_bytes,
+                      p2p_s=p2p, b_release_fraction=costs.b_release_fraction)
+
+
+def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: StageCosts, *,
+                 plan_costs: StageCosts | None = None) -> PipelineResult:
     """Build (cached) and simulate schedule ``name``.
 
+    ``plan_costs`` (default ``costs``) are what cost-aware schedules (ilp, the greedy V schedules)
+    build their order from; the simulation always replays the order with ``costs``. Passing
+    :func:`quantized` costs lets a search reuse one solved order across near-identical configurations;
+    the result is then flagged approximate when the two differ.
     Raises UnknownComponentError for an unknown name and InvalidConfigError (a ValueError) when the
     schedule cannot run this (pp, vpp, num_microbatches), e.g. a V schedule with vpp=1.
     """
     spec = get_schedule(name)
     spec.check(pp, vpp, num_microbatches)
-    plan, approximate, note = _plan(name, pp, vpp, num_microbatches, costs if spec.cost_aware else None)
+    basis = plan_costs if plan_costs is not None else costs
+    plan, approximate, note = _plan(name, pp, vpp, num_microbatches, basis if spec.cost_aware else None)
+    if spec.cost_aware and basis is not costs and basis != costs:
+        approximate = True
+        note = (note + "; " if note else "") + "order built from quantised costs (search mode), replayed with exact costs"
     return run_compiled(plan, costs, name=name, approximate=approximate, note=note)
 
 

@@ -20,6 +20,8 @@ pass is then one branch-light loop over that evaluation order: O(ops), no event 
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -95,30 +97,33 @@ def compile_order(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layo
     n_stages = pp * vpp
     smap = stage_map(layout, pp, vpp)
     vs = [[virtual_stage(layout, pp, vpp, r, c) for c in range(vpp)] for r in range(pp)]
-    seen = {}
+    ops_all = []
     for r, ops in enumerate(order):
         for op in ops:
             if op.kind not in _KIND_INDEX or not 0 <= op.mb < m or not 0 <= op.chunk < vpp:
                 problems.append(f"rank {r}: invalid op {op!r} (kinds F/B/W/BW, mb < {m}, chunk < {vpp})")
                 continue
-            k = (r, op.kind, op.mb, op.chunk)
-            seen[k] = seen.get(k, 0) + 1
+            ops_all.append((r, op.kind, op.mb, op.chunk))
     if problems:
         raise InvalidConfigError(problems[:10])
-    n_split = n_fused = 0
-    for r in range(pp):
-        for c in range(vpp):
-            for mb in range(m):
-                cnt = {k: seen.get((r, k, mb, c), 0) for k in _KIND_INDEX}
-                if cnt["F"] != 1:
-                    problems.append(f"rank {r}: F(mb={mb}, chunk={c}) appears {cnt['F']} times, needs exactly 1")
-                if cnt["BW"] == 1 and cnt["B"] == 0 and cnt["W"] == 0:
-                    n_fused += 1
-                elif cnt["BW"] == 0 and cnt["B"] == 1 and cnt["W"] == 1:
-                    n_split += 1
-                else:
-                    problems.append(f"rank {r}: backward of (mb={mb}, chunk={c}) needs one BW or one B and one W, "
-                                    f"got BW x{cnt['BW']}, B x{cnt['B']}, W x{cnt['W']}")
+    # every cell (rank, mb, chunk) needs exactly one F, and either one BW or one B and one W
+    # (set arithmetic instead of a per-cell scan: this runs for every new (schedule, pp, vpp, m))
+    seen = Counter(ops_all)
+    cells = {(r, mb, c) for r in range(pp) for c in range(vpp) for mb in range(m)}
+    by_kind = {k: set() for k in _KIND_INDEX}
+    for (r, k, mb, c), n in seen.items():
+        by_kind[k].add((r, mb, c))
+        if n > 1:
+            problems.append(f"rank {r}: {k}(mb={mb}, chunk={c}) appears {n} times, needs exactly 1")
+    for r, mb, c in sorted(cells - by_kind["F"]):
+        problems.append(f"rank {r}: F(mb={mb}, chunk={c}) appears 0 times, needs exactly 1")
+    fused, split_b, split_w = by_kind["BW"], by_kind["B"], by_kind["W"]
+    bad = (fused & (split_b | split_w)) | (split_b ^ split_w) | (cells - fused - split_b)
+    for r, mb, c in sorted(bad):
+        problems.append(f"rank {r}: backward of (mb={mb}, chunk={c}) needs one BW or one B and one W, got "
+                        f"BW x{seen.get((r, 'BW', mb, c), 0)}, B x{seen.get((r, 'B', mb, c), 0)}, "
+                        f"W x{seen.get((r, 'W', mb, c), 0)}")
+    n_split = len(split_b & split_w)
     if problems:
         more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
         raise InvalidConfigError(problems[:9] + [problems[9] + more] if len(problems) > 10 else problems)

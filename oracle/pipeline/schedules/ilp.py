@@ -24,6 +24,9 @@ than ``MAX_EXACT_OPS`` F/B ops are not attempted. When the optimum is not proven
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -38,6 +41,7 @@ MAX_EXACT_OPS = 4096
 """Largest F/B op count (2 * pp * m) handed to the MILP solver."""
 TIME_LIMIT_S = 10.0
 """Default solver wall-clock limit."""
+_LIMIT: contextvars.ContextVar[float] = contextvars.ContextVar("ilp_time_limit_s", default=TIME_LIMIT_S)
 MIP_REL_GAP = 1e-7
 """Relative optimality gap accepted as 'optimal' (float times)."""
 
@@ -163,15 +167,26 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
                                          f"cap of {cap:.4g} bytes")
 
 
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Solve under a shorter wall-clock limit inside this block (search loops); an unproven optimum
+    comes back flagged approximate, as with the default limit."""
+    token = _LIMIT.set(seconds)
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
 @lru_cache(maxsize=256)
-def _cached(pp: int, m: int, costs: StageCosts) -> WPlacement:
-    return solve_w_placement(pp, m, costs)
+def _cached(pp: int, m: int, costs: StageCosts, limit_s: float) -> WPlacement:
+    return solve_w_placement(pp, m, costs, time_limit_s=limit_s)
 
 
 def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
     if costs is None:
         costs = StageCosts.uniform(pp=pp, vpp=1, f_s=1.0, b_s=1.0, w_s=1.0)
-    sol = _cached(pp, num_microbatches, costs)
+    sol = _cached(pp, num_microbatches, costs, _LIMIT.get())
     return Built([list(ops) for ops in sol.order], not sol.optimal, sol.note)
 
 
