@@ -58,7 +58,7 @@ def family_of(profile: str) -> str:
     return profile
 
 
-def fit_family(family: str, rows: list[dict]) -> dict:
+def fit_family(family: str, rows: list[dict], *, quiet: bool = False) -> dict:
     runs = []
     for row in rows:
         run, assumed, skip = row_to_run(row)
@@ -67,7 +67,8 @@ def fit_family(family: str, rows: list[dict]) -> dict:
         if assumed and not project(run).fits:
             # the configuration as published + defaults does not fit in memory, so it is not what ran
             # (e.g. an unstated recompute); its throughput would teach the fit the wrong thing
-            print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
+            if not quiet:
+                print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
             continue
         q, meas = _measured(row)
         runs.append((row["id"], run, q, meas))
@@ -117,6 +118,8 @@ def main() -> int:
     ap.add_argument("csv")
     ap.add_argument("--quality", default="A,B")
     ap.add_argument("--hardware", default=None)
+    ap.add_argument("--loo", action="store_true", help="also report leave-one-out errors: each row "
+                    "predicted by a fit that never saw it")
     args = ap.parse_args()
     quals = set(args.quality.split(","))
     rows = [r for r in read_rows(args.csv) if (r.get("quality") or "") in quals]
@@ -138,6 +141,20 @@ def main() -> int:
         med_b = statistics.median(abs(math.exp(b) - 1) for b in res["before"])
         med_a = statistics.median(abs(math.exp(a) - 1) for a in res["after"])
         print(f"   median |error| before {100 * med_b:.1f}%  after {100 * med_a:.1f}%")
+        if args.loo and len(res["rows"]) > 2:
+            loo = []
+            for rid in res["rows"]:
+                held = next(r for r in rs if r["id"] == rid)
+                fit = fit_family(fam, [r for r in rs if r["id"] != rid], quiet=True)
+                run, _, _ = row_to_run(held)
+                eff = next(iter(fit["fields"].values())) if len(fit["fields"]) == 1 else fit["fields"][run.cluster.hardware.name]
+                q, meas = _measured(held)
+                p = project(_with_eff(run, **eff))
+                val = p.tokens_per_s_per_gpu if q == "tokens" else p.tflops_per_gpu
+                loo.append(val / meas - 1)
+                print(f"   leave-one-out {rid:24s} {100 * loo[-1]:+6.1f}%")
+            print(f"   leave-one-out median |error| {100 * statistics.median(abs(x) for x in loo):.1f}%  "
+                  f"max {100 * max(abs(x) for x in loo):.1f}%")
     return 0
 
 
