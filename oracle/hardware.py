@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from hardware import PROFILE_DIR
-from oracle.errors import HardwareProfileError, InvalidConfigError, UnknownComponentError
+from oracle.errors import HardwareProfileError, InvalidConfigError
+from oracle.registry import YamlRegistry
 from oracle.schema import unknown_key_problems
 from oracle.yamlio import load_mapping
 
@@ -283,26 +284,23 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     )
 
 
+def _parse_bundled(path: Path, name: str) -> HardwareProfile:
+    return profile_from_dict(load_mapping(path, "hardware profile"), name)
+
+
+def _parse_path(path: Path) -> HardwareProfile:
+    return profile_from_dict(load_mapping(path, "hardware profile"), path.stem,
+                             where=f"hardware profile {str(path)!r}")
+
+
+_REGISTRY: YamlRegistry[HardwareProfile] = YamlRegistry("hardware profile", PROFILE_DIR, _parse_bundled, _parse_path)
+
+
 def bundled_hardware() -> list[str]:
     """Names of the bundled profiles."""
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
-
-
-_CACHE: dict[str, HardwareProfile] = {}
+    return _REGISTRY.names()
 
 
 def load_hardware(name_or_path: str) -> HardwareProfile:
     """A bundled profile by name, or a profile YAML by path."""
-    if name_or_path in _CACHE:
-        return _CACHE[name_or_path]
-    path = Path(name_or_path)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        data = load_mapping(path, "hardware profile")
-        prof = profile_from_dict(data, path.stem, where=f"hardware profile {str(path)!r}")
-    else:
-        bundled = PROFILE_DIR / f"{name_or_path}.yaml"
-        if not bundled.exists():
-            raise UnknownComponentError("hardware profile", name_or_path, bundled_hardware())
-        prof = profile_from_dict(load_mapping(bundled, "hardware profile"), name_or_path)
-    _CACHE[name_or_path] = prof
-    return prof
+    return _REGISTRY.load(name_or_path)

@@ -12,7 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from oracle.errors import InvalidConfigError, UnknownComponentError
+from oracle.errors import InvalidConfigError
+from oracle.registry import YamlRegistry
 from oracle.schema import from_dict, to_dict
 from oracle.yamlio import load_mapping
 
@@ -315,31 +316,25 @@ class ModelCard:
         return dataclasses.replace(self, **changes)
 
 
+def _parse_bundled(path: Path, name: str) -> ModelCard:
+    return ModelCard.from_dict(load_mapping(path, "model card"), name=name)
+
+
+def _parse_path(path: Path) -> ModelCard:
+    data = load_mapping(path, "model card")
+    if path.suffix.lower() == ".json" and "name" not in data and ("model_type" in data or "architectures" in data):
+        from oracle.hf_import import card_from_hf_config
+        return card_from_hf_config(data, name=path.parent.name or path.stem)
+    return ModelCard.from_dict(data, name=path.stem)
+
+
+_REGISTRY: YamlRegistry[ModelCard] = YamlRegistry("model", MODEL_DIR, _parse_bundled, _parse_path)
+
+
 def bundled_models() -> list[str]:
-    return sorted(p.stem for p in MODEL_DIR.glob("*.yaml"))
-
-
-_CACHE: dict[str, ModelCard] = {}
+    return _REGISTRY.names()
 
 
 def load_model(name_or_path: str) -> ModelCard:
     """A bundled card by name, a card YAML by path, or a Hugging Face config.json by path."""
-    if name_or_path in _CACHE:
-        return _CACHE[name_or_path]
-    path = Path(name_or_path)
-    looks_like_path = path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in name_or_path
-    if looks_like_path or path.exists():
-        data = load_mapping(path, "model card")
-        if path.suffix.lower() == ".json" and "name" not in data and (
-                "model_type" in data or "architectures" in data):
-            from oracle.hf_import import card_from_hf_config
-            card = card_from_hf_config(data, name=path.parent.name or path.stem)
-        else:
-            card = ModelCard.from_dict(data, name=path.stem)
-    else:
-        f = MODEL_DIR / f"{name_or_path}.yaml"
-        if not f.exists():
-            raise UnknownComponentError("model", name_or_path, bundled_models())
-        card = ModelCard.from_dict(load_mapping(f, "model card"), name=name_or_path)
-    _CACHE[name_or_path] = card
-    return card
+    return _REGISTRY.load(name_or_path)
