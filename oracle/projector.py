@@ -24,7 +24,7 @@ from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout
 from oracle.memory import project_memory, rank_param_counts
-from oracle.pipeline import StageCosts, get_schedule, quantized, run_schedule
+from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule
 from oracle.pipeline.schedules.ilp import time_limit as ilp_time_limit
 from oracle.results import CommTerm, Projection, TimeBreakdown
 
@@ -167,69 +167,20 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     return L, comm, chunks, costs, edges, p2p_algo
 
 
-def pipeline_result(run: RunConfig, *, source: LayerTimeSource | None = None):
-    """The simulated pipeline schedule of ``run`` (for Gantt charts); None when pp == 1."""
-    if run.training.pp == 1:
-        return None
-    L, _, _, costs, _, _ = _pipeline_inputs(run, source or LayerTimeSource())
-    t = run.training
-    return run_schedule(t.schedule, t.pp, t.vpp, L.num_microbatches, costs)
-
-
-def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource | None = None,
-            fast_schedules: bool = False, memory_tree: bool = True) -> Projection:
-    """Project memory and throughput of ``run`` (already legality-checked by RunConfig).
-
-    ``fast_schedules``: cost-aware schedules (ilp, zbv_greedy, v_half, v_min) build their order from
-    costs quantised to 1/32 of the largest op, so a search reuses solved orders across similar
-    configurations (seconds -> milliseconds for ilp); the replay uses exact costs and the result says so.
-    ``memory_tree=False`` skips the per-module memory tree (searches do not read it).
-    """
-    if mode not in MODES:
-        raise InvalidConfigError(f"mode={mode!r} is not one of {' | '.join(MODES)}")
-    if mode != "simulate" and source is None:
-        raise BenchmarkError(f"mode={mode} needs benchmark mode (measured torch layer times), which is not "
-                             f"available in this version yet; use --mode simulate")
-    src = source or LayerTimeSource()
-    t, m, hw = run.training, run.model, run.cluster.hardware
-    n = run.cluster.num_gpus
-    L, comm, chunks, costs, edges, p2p_algo = _pipeline_inputs(run, src)
-    pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
-    if pp == 1:
-        per_mb = sum(c.f + c.b + c.w for c in chunks[0])
-        makespan = mb * per_mb
-        busy = [makespan]
-        in_flight = None
-        p2p_total = 0.0
-    else:
-        if fast_schedules:
-            with ilp_time_limit(FAST_ILP_TIME_LIMIT_S):
-                res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=quantized(costs))
-        else:
-            res = run_schedule(t.schedule, pp, vpp, mb, costs)
-        makespan = res.makespan_s
-        busy = list(res.busy_s)
-        in_flight = list(res.peak_activation_bytes)
-        p2p_total = 2 * mb * sum(edges)
-    crit = max(range(pp), key=lambda r: busy[r])
-    memory = project_memory(run, in_flight=in_flight, trees="worst" if memory_tree else "none")
-
-    # ---------------- data-parallel gradient sync, parameter gather, FSDP, optimizer
+def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: int
+                      ) -> tuple[list[CommTerm], float, float]:
+    """Terms added after the pipeline flush on rank ``crit``: exposed DP gradient sync (expert part
+    on the critical path when EP > 1), exposed distributed-optimizer parameter gather, exposed FSDP
+    traffic, and the optimizer step. Returns (comm terms, exposed seconds, optimizer seconds)."""
+    t, hw = run.training, run.cluster.hardware
+    mb = L.num_microbatches
     terms: list[CommTerm] = []
-    exp_comm: dict[str, float] = {}
-    tot_comm: dict[str, float] = {}
-    for c in chunks[crit]:
-        for k, v in c.comm_exposed.items():
-            _add(exp_comm, k, mb * v)
-        for k, v in c.comm_total.items():
-            _add(tot_comm, k, mb * v)
     last_mb_bwd = sum(c.b + c.w for c in chunks[crit])
     first_mb_fwd = sum(c.f for c in chunks[crit])
     dense_p, expert_p = rank_param_counts(run, crit)
     dp_cp = L.dp * t.cp
     grad_b = FP32 if t.grad_reduce_in_fp32 else BF16
     extra_exposed = 0.0
-    grad_terms = []
     if t.fsdp:
         # ZeRO-3: per micro-batch all-gather of each layer's bf16 weights (fwd and again in bwd),
         # reduce-scatter of fp32 grads once; overlap = min(1, compute/comm) x ceiling (paper App. B.4)
@@ -281,6 +232,85 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     shard_dense = dense_p / dp_cp if (t.use_distributed_optimizer or t.fsdp) else dense_p
     shard_exp = expert_p / L.edp if (t.use_distributed_optimizer or t.fsdp) else expert_p
     optimizer_s = memory_bound_time_s(hw, OPTIMIZER_BYTES_PER_PARAM * (shard_dense + shard_exp), 8)
+
+    return terms, extra_exposed, optimizer_s
+
+
+def pipeline_result(run: RunConfig, *, source: LayerTimeSource | None = None):
+    """The simulated pipeline schedule of ``run`` (for Gantt charts); None when pp == 1."""
+    if run.training.pp == 1:
+        return None
+    L, _, _, costs, _, _ = _pipeline_inputs(run, source or LayerTimeSource())
+    t = run.training
+    return run_schedule(t.schedule, t.pp, t.vpp, L.num_microbatches, costs)
+
+
+def tokens_per_s_per_gpu_upper_bound(run: RunConfig, *, source: LayerTimeSource | None = None) -> float:
+    """A cheap, provable upper bound on ``project(run).tokens_per_s_per_gpu``.
+
+    The makespan of ANY order of this pipeline is at least the simulator's critical-path bound
+    (``lower_bound_s``), and the post-flush terms are at least their minimum over ranks; so a search can
+    skip an expensive cost-aware schedule (the ilp MILP, greedy V orders) whose bound cannot beat its
+    incumbent, and the exhaustive optimum stays exact.
+    """
+    t = run.training
+    L, comm, chunks, costs, edges, _ = _pipeline_inputs(run, source or LayerTimeSource())
+    mb = L.num_microbatches
+    if t.pp == 1:
+        makespan_lb = mb * sum(c.f + c.b + c.w for c in chunks[0])
+    else:
+        spec = get_schedule(t.schedule)
+        makespan_lb = lower_bound_s(t.pp, t.vpp, spec.layout, mb, costs)
+    extras = min(sum(_iteration_extras(run, L, comm, chunks, r)[1:]) for r in range(t.pp))
+    return t.gbs * t.seq_len / (makespan_lb + extras) / run.cluster.num_gpus
+
+
+def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource | None = None,
+            fast_schedules: bool = False, memory_tree: bool = True) -> Projection:
+    """Project memory and throughput of ``run`` (already legality-checked by RunConfig).
+
+    ``fast_schedules``: cost-aware schedules (ilp, zbv_greedy, v_half, v_min) build their order from
+    costs quantised to 1/32 of the largest op, so a search reuses solved orders across similar
+    configurations (seconds -> milliseconds for ilp); the replay uses exact costs and the result says so.
+    ``memory_tree=False`` skips the per-module memory tree (searches do not read it).
+    """
+    if mode not in MODES:
+        raise InvalidConfigError(f"mode={mode!r} is not one of {' | '.join(MODES)}")
+    if mode != "simulate" and source is None:
+        raise BenchmarkError(f"mode={mode} needs benchmark mode (measured torch layer times), which is not "
+                             f"available in this version yet; use --mode simulate")
+    src = source or LayerTimeSource()
+    t, m, hw = run.training, run.model, run.cluster.hardware
+    n = run.cluster.num_gpus
+    L, comm, chunks, costs, edges, p2p_algo = _pipeline_inputs(run, src)
+    pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
+    if pp == 1:
+        per_mb = sum(c.f + c.b + c.w for c in chunks[0])
+        makespan = mb * per_mb
+        busy = [makespan]
+        in_flight = None
+        p2p_total = 0.0
+    else:
+        if fast_schedules:
+            with ilp_time_limit(FAST_ILP_TIME_LIMIT_S):
+                res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=quantized(costs))
+        else:
+            res = run_schedule(t.schedule, pp, vpp, mb, costs)
+        makespan = res.makespan_s
+        busy = list(res.busy_s)
+        in_flight = list(res.peak_activation_bytes)
+        p2p_total = 2 * mb * sum(edges)
+    crit = max(range(pp), key=lambda r: busy[r])
+    memory = project_memory(run, in_flight=in_flight, trees="worst" if memory_tree else "none")
+
+    terms, extra_exposed, optimizer_s = _iteration_extras(run, L, comm, chunks, crit)
+    exp_comm: dict[str, float] = {}
+    tot_comm: dict[str, float] = {}
+    for c in chunks[crit]:
+        for k, v in c.comm_exposed.items():
+            _add(exp_comm, k, mb * v)
+        for k, v in c.comm_total.items():
+            _add(tot_comm, k, mb * v)
 
     for k in sorted(set(tot_comm) | set(exp_comm)):
         terms.append(CommTerm(kind=k, total_s=tot_comm.get(k, 0.0), exposed_s=exp_comm.get(k, 0.0),

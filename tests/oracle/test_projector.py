@@ -128,3 +128,17 @@ def test_every_time_term_is_non_negative_and_finite(tp, pp, mbs, recompute, ep, 
         assert v >= 0 and math.isfinite(v)
     assert all(c.exposed_s >= 0 and c.total_s >= 0 for c in b.comm)
     assert total_of(p) == pytest.approx(p.iteration_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("sched,vpp", [("1f1b", 1), ("interleaved", 2), ("zero_bubble", 1), ("zbv", 2),
+                                       ("v_half", 2), ("ilp", 1)])
+@pytest.mark.parametrize("mbs", [1, 2])
+def test_upper_bound_never_below_the_projection(sched, vpp, mbs):
+    from oracle.projector import tokens_per_s_per_gpu_upper_bound
+    run = RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
+                               "training": {"seq_len": 1024, "gbs": 64, "mbs": mbs, "pp": 2, "vpp": vpp,
+                                            "ep": 2, "pp_schedule": sched}})
+    ub = tokens_per_s_per_gpu_upper_bound(run)
+    p = project(run)
+    assert ub >= p.tokens_per_s_per_gpu * (1 - 1e-9)
+    assert ub <= p.tokens_per_s_per_gpu * 1.5  # and it is a useful bound, not a trivial one
