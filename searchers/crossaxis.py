@@ -1,0 +1,350 @@
+"""The deterministic cross-axis proposer: what runs after the seed phase when no LLM is configured.
+
+It follows the shape of the paper's investigation loop (Sec. 3.2, App. C.2): up to ``rounds``
+rounds of at most ``per_round`` candidates, a round ending early once the incumbent has not
+improved for ``patience`` trials.
+
+* Round 1 combines the seed phase's single-axis moves (paper: "cross-product axes the seed planner
+  treats independently"): pairs first, then triples, of the best moves. A move's predicted gain is
+  its measured gain over the baseline; a move the pre-filter rejected has unknown gain (taken as
+  neutral) and is only combined with moves that freed enough memory. Predicted memory multiplies
+  the measured ratios; combinations predicted over the cap are skipped. As soon as a combination
+  becomes the incumbent, the next candidates extend it by one more move at a time (with a
+  memory-freeing move added when the extension would cross the cap).
+* Later rounds polish the incumbent: every single-axis move from it (adjacent values of numeric
+  axes, all values of categorical ones, with the schedule/VPP and micro-batch repaired when a
+  move breaks legality) and pairs of the most promising ones, ranked by a small ridge model of
+  log throughput and log memory over the ledger (one-hot + log2 features), with a bonus for axis
+  values never tried. It re-ranks after every observation.
+
+Nothing here knows the oracle's formulas: every prediction comes from the ledger.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from searchers.base import Candidate, TrialResult
+from searchers.history import Entry, History, diff
+from searchers.space import ORDINAL_AXES, SearchSpace
+
+LABEL = "cross-axis (offline)"
+_REPAIR_AXES = ("vpp", "pp_schedule", "mbs", "recompute_num_layers")
+
+
+class RoundControl:
+    """Rounds, per-round cap and patience (shared by the offline and LLM proposers)."""
+
+    def __init__(self, *, rounds: int = 4, per_round: int = 25, patience: int = 5) -> None:
+        self.rounds, self.per_round, self.patience = rounds, per_round, patience
+        self.round = 0
+        self.in_round = 0
+        self.since_improvement = 0
+        self.best: float | None = None
+
+    def start_round(self, best: float | None) -> bool:
+        """Open the next round; False when all rounds are spent."""
+        if self.round >= self.rounds:
+            return False
+        self.round += 1
+        self.in_round = 0
+        self.since_improvement = 0
+        self.best = best
+        return True
+
+    def round_over(self) -> bool:
+        return self.in_round >= self.per_round or self.since_improvement >= self.patience
+
+    def proposed(self) -> None:
+        self.in_round += 1
+
+    def observed(self, result: TrialResult, counted: bool) -> None:
+        if not counted:
+            return
+        v = result.value
+        if v is not None and (self.best is None or v > self.best):
+            self.best = v
+            self.since_improvement = 0
+        else:
+            self.since_improvement += 1
+
+
+class Surrogate:
+    """Ridge regression of log throughput and log memory on one-hot + log2 features of the axes."""
+
+    def __init__(self, space: SearchSpace, *, ridge: float = 1.0) -> None:
+        self.space, self.ridge = space, ridge
+        self.cols: list[tuple[str, Any]] = []
+        for a in space.axes:
+            for v in space.values[a]:
+                self.cols.append((a, v))
+        self.num_axes = [a for a in space.axes if a in ORDINAL_AXES
+                         and all(isinstance(v, (int, float)) and v > 0 for v in space.values[a])]
+        self._index = {c: i for i, c in enumerate(self.cols)}
+
+    def features(self, point: Mapping[str, Any]) -> np.ndarray:
+        x = np.zeros(len(self.cols) + len(self.num_axes))
+        for a in self.space.axes:
+            i = self._index.get((a, point.get(a)))
+            if i is not None:
+                x[i] = 1.0
+        for j, a in enumerate(self.num_axes):
+            x[len(self.cols) + j] = math.log2(point[a])
+        return x
+
+    @staticmethod
+    def _fit(X: np.ndarray, y: np.ndarray, ridge: float) -> tuple[float, np.ndarray]:
+        mu = float(y.mean())
+        xm = X.mean(axis=0)
+        Xc = X - xm
+        w = np.linalg.solve(Xc.T @ Xc + ridge * np.eye(X.shape[1]), Xc.T @ (y - mu))
+        return mu - float(xm @ w), w
+
+    def fit(self, history: History) -> "Surrogate":
+        ok = history.ok()
+        mem = [e for e in history.entries if e.result.peak_bytes]
+        self.tp_model = self._fit(np.array([self.features(e.point) for e in ok]),
+                                  np.log([e.result.value for e in ok]), self.ridge) if len(ok) >= 2 else None
+        self.mem_model = self._fit(np.array([self.features(e.point) for e in mem]),
+                                   np.log([e.result.peak_bytes for e in mem]), self.ridge) if len(mem) >= 2 else None
+        caps = [e.result.cap_bytes for e in mem if e.result.cap_bytes]
+        self.log_cap = math.log(min(caps)) if caps else None
+        self.seen = {(a, e.point.get(a)) for e in ok for a in self.space.axes}
+        return self
+
+    def log_tps(self, point: Mapping[str, Any]) -> float:
+        if self.tp_model is None:
+            return 0.0
+        b, w = self.tp_model
+        return b + float(self.features(point) @ w)
+
+    def log_mem_margin(self, point: Mapping[str, Any]) -> float:
+        """Predicted log(peak / cap); > 0 means predicted over the cap (0 when unknown)."""
+        if self.mem_model is None or self.log_cap is None:
+            return 0.0
+        b, w = self.mem_model
+        return b + float(self.features(point) @ w) - self.log_cap
+
+    def novelty(self, point: Mapping[str, Any]) -> int:
+        return sum(1 for a in self.space.axes if (a, point.get(a)) not in self.seen)
+
+
+class CrossAxisProposer:
+    """Deterministic proposer (see module doc); ask/tell over a shared :class:`History`."""
+
+    label = LABEL
+
+    def __init__(self, space: SearchSpace, history: History, *, rounds: int = 4, per_round: int = 25,
+                 patience: int = 5, top_moves: int = 6, novelty_bonus: float = 0.03,
+                 memory_margin: float = 0.0) -> None:
+        self.space, self.history = space, history
+        self.control = RoundControl(rounds=rounds, per_round=per_round, patience=patience)
+        self.top_moves, self.novelty_bonus, self.memory_margin = top_moves, novelty_bonus, memory_margin
+        self._queue: list[Candidate] = []
+        self._pool: list[tuple[dict[str, Any], float | None, float | None, str]] = []
+        self._good: set[int] = set()
+        self._savers: set[int] = set()
+        self._proposed: set[str] = set()
+        self._done = False
+
+    # ------------------------------------------------------------------ ask / tell
+    def suggest(self) -> Candidate | None:
+        while not self._done:
+            if self.control.round == 0 or self.control.round_over():
+                if not self.control.start_round(self.history.best_value()):
+                    self._done = True
+                    return None
+                if self.control.round == 1:
+                    self._queue = self._combinations()
+                continue
+            c = self._round1() if self.control.round == 1 else self._polish()
+            if c is None:
+                self.control.in_round = self.control.per_round  # nothing left this round
+                continue
+            self.control.proposed()
+            return c
+        return None
+
+    def observe(self, candidate: Candidate, result: TrialResult, counted: bool) -> None:
+        self.control.observed(result, counted)
+
+    # ------------------------------------------------------------------ helpers
+    def _next_queued(self) -> Candidate | None:
+        while self._queue:
+            c = self._queue.pop(0)
+            if c.meta["key"] not in self._proposed and not self.history.knows(c.meta["key"]):
+                return self._take(c)
+        return None
+
+    def _candidate(self, point: Mapping[str, Any], note: str, combo: tuple[int, ...] = ()) -> Candidate | None:
+        run, problems = self.space.validate(point)
+        if run is None or problems:
+            return None
+        key = run.key()
+        if key in self._proposed or self.history.knows(key):
+            return None
+        return Candidate(values=self.space.point_of(run), phase="cross-axis", round=self.control.round,
+                         proposer=self.label, note=note, meta={"key": key, "combo": combo})
+
+    def _round1(self) -> Candidate | None:
+        """Extend the incumbent when it is a round-1 combination, else the next planned pair/triple."""
+        inc = self.history.best()
+        if inc is not None and inc.candidate.phase == "cross-axis" and inc.candidate.meta.get("combo"):
+            ext = self._extensions(inc)
+            return self._take(ext[0][1]) if ext else None  # nothing left to add: on to polishing
+        return self._next_queued()
+
+    def _extensions(self, inc: Entry) -> list[tuple[float, Candidate]]:
+        """The incumbent combination plus one more improving (or memory-blocked) move, a saver added
+        when the predicted memory would cross the cap; best predicted gain first."""
+        combo = tuple(inc.candidate.meta["combo"])
+        used = set().union(*(self._pool[i][0] for i in combo))
+        ratio = inc.result.memory_ratio or 1.0
+        out = []
+        for i, (ch, gain, mem, label) in enumerate(self._pool):
+            if i in combo or used & set(ch) or (gain is not None and gain <= 1.0):
+                continue
+            extra: tuple[int, ...] = ()
+            pred_mem = ratio * (mem or 1.0)
+            if pred_mem > 1.0 + self.memory_margin:
+                rescue = [j for j in sorted(self._savers) if j not in combo and j != i
+                          and not (used | set(ch)) & set(self._pool[j][0])
+                          and pred_mem * (self._pool[j][2] or 1.0) <= 1.0 + self.memory_margin]
+                if not rescue:
+                    continue
+                extra = (max(rescue, key=lambda j: self._pool[j][1] or 0.0),)
+            point = dict(inc.point)
+            point.update(ch)
+            for j in extra:
+                point.update(self._pool[j][0])
+            note = " + ".join([inc.candidate.note, label, *(self._pool[j][3] for j in extra)])
+            c = self._candidate(point, note, combo=combo + (i,) + extra)
+            if c is not None:
+                out.append(((gain or 1.0) * math.prod(self._pool[j][1] or 1.0 for j in extra), c))
+        out.sort(key=lambda t: -t[0])
+        return out
+
+    def _take(self, c: Candidate | None) -> Candidate | None:
+        if c is not None:
+            self._proposed.add(c.meta["key"])
+        return c
+
+    # ------------------------------------------------------------------ round 1: combinations
+    def _moves(self) -> list[tuple[dict[str, Any], float | None, float | None, str]]:
+        """Seed moves as (changes, gain vs baseline or None, memory ratio vs baseline or None, label)."""
+        base = self.history.baseline()
+        ok = self.history.ok()
+        if not ok:
+            return []
+        anchor = base if base is not None and base.result.value is not None else max(ok, key=lambda e: e.result.value)
+        bpoint = self.space.point_of(self.space.baseline)
+        out = []
+        for e in self.history.entries:
+            if e.candidate.phase != "seed" or e is anchor:
+                continue
+            ch = diff(e.point, bpoint)
+            if not ch:
+                continue
+            gain = e.result.value / anchor.result.value if e.result.value is not None else None
+            mem = (e.result.peak_bytes / anchor.result.peak_bytes
+                   if e.result.peak_bytes and anchor.result.peak_bytes else None)
+            if e.result.status == "ok" or e.result.status == "rejected":
+                out.append((ch, gain, mem, e.candidate.note or ",".join(f"{k}={v}" for k, v in ch.items())))
+        return out
+
+    def _combinations(self) -> list[Candidate]:
+        moves = self._moves()
+        base = self.history.baseline()
+        if not moves:
+            return []
+        base_ratio = (base.result.memory_ratio if base is not None else None) or 1.0
+        good = sorted((m for m in moves if m[1] is not None and m[1] > 1.0), key=lambda m: -m[1])[: self.top_moves]
+        savers = sorted((m for m in moves if m[1] is not None and m[2] is not None and m[2] < 1.0),
+                        key=lambda m: -m[1])[: self.top_moves]
+        blocked = [m for m in moves if m[1] is None and m[2] is not None]
+        pool = list({id(m): m for m in good + savers + blocked}.values())
+        self._pool = pool
+        self._good = {i for i, m in enumerate(pool) if any(m is g for g in good)}
+        self._savers = {i for i, m in enumerate(pool) if any(m is g for g in savers)}
+        bpoint = self.space.point_of(self.space.baseline)
+        planned: set[str] = set()
+        out: list[tuple[int, float, Candidate]] = []
+        for size in (2, 3):
+            for idx in itertools.combinations(range(len(pool)), size):
+                combo = [pool[i] for i in idx]
+                fields = [set(m[0]) for m in combo]
+                if any(a & b for a, b in itertools.combinations(fields, 2)):
+                    continue
+                gain = math.prod(m[1] if m[1] is not None else 1.0 for m in combo)
+                mem = base_ratio * math.prod(m[2] if m[2] is not None else 1.0 for m in combo)
+                if mem > 1.0 + self.memory_margin:
+                    continue
+                if not any(m in good for m in combo) and gain <= 1.0:
+                    continue
+                point = dict(bpoint)
+                for m in combo:
+                    point.update(m[0])
+                c = self._candidate(point, " + ".join(m[3] for m in combo), combo=idx)
+                if c is not None and c.meta["key"] not in planned:
+                    planned.add(c.meta["key"])
+                    out.append((size, -gain, c))
+        out.sort(key=lambda t: (t[0], t[1]))
+        return [c for _, _, c in out]
+
+    # ------------------------------------------------------------------ later rounds: polish
+    def _repairs(self, point: dict[str, Any]) -> list[dict[str, Any]]:
+        """``point`` if legal, else the legal points one or two repair-axis changes away."""
+        if self.space.contains(point):
+            return [point]
+        fixes = []
+        axes = [a for a in _REPAIR_AXES if a in self.space.axes]
+        for k in (1, 2):
+            for combo in itertools.combinations(axes, k):
+                for vals in itertools.product(*(self.space.values[a] for a in combo)):
+                    p = {**point, **dict(zip(combo, vals))}
+                    if self.space.contains(p):
+                        fixes.append(p)
+            if fixes:
+                return fixes
+        return fixes
+
+    def _neighbourhood(self, inc: Entry) -> list[tuple[dict[str, Any], str]]:
+        out = []
+        for a in self.space.axes:
+            for v in self.space.neighbours(inc.point, a):
+                for p in self._repairs({**inc.point, a: v}):
+                    out.append((p, f"{a}={v}"))
+        return out
+
+    def _polish(self) -> Candidate | None:
+        inc = self.history.best()
+        if inc is None:
+            return None
+        model = Surrogate(self.space).fit(self.history)
+        singles = []
+        for p, _ in self._neighbourhood(inc):
+            c = self._candidate(p, "polish " + ", ".join(f"{k}={v}" for k, v in diff(p, inc.point).items()))
+            if c is not None:
+                singles.append((self._score(model, c.values), c))
+        singles.sort(key=lambda t: -t[0])
+        pairs = []
+        top = [c for _, c in singles[:8]]
+        for c1, c2 in itertools.combinations(top, 2):
+            d1, d2 = diff(c1.values, inc.point), diff(c2.values, inc.point)
+            if set(d1) & set(d2):
+                continue
+            p = {**inc.point, **d1, **d2}
+            c = self._candidate(p, "polish " + ", ".join(f"{k}={v}" for k, v in diff(p, inc.point).items()))
+            if c is not None:
+                pairs.append((self._score(model, c.values), c))
+        ranked = sorted(singles + pairs, key=lambda t: -t[0])
+        feasible = [t for t in ranked if model.log_mem_margin(t[1].values) <= self.memory_margin]
+        pick = (feasible or ranked)[:1]
+        return self._take(pick[0][1]) if pick else None
+
+    def _score(self, model: Surrogate, point: Mapping[str, Any]) -> float:
+        return model.log_tps(point) + self.novelty_bonus * model.novelty(point)

@@ -1,0 +1,351 @@
+"""The in-process driver: a plain loop over the oracle (for the CLI and tests), and the comparison.
+
+:func:`run_search` runs one searcher on an experiment behind the memory pre-filter, records every
+candidate in the ledger, and resumes from it: a run whose ledger already holds trials replays the
+searcher and answers known configurations from the ledger, so nothing is scored twice.
+
+:func:`compare` runs several searchers over several seeds on equal budgets, computes the
+exhaustive optimum of the same space with the same oracle, and reports per searcher the median
+best tokens/s/GPU, the regret (1 - best/optimum), the trials needed to come within 2% of the
+optimum and the pre-filter rejections; :func:`plot_compare` draws the best-so-far curves.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from searchers.base import make_searcher
+from searchers.book import TrialBook
+from searchers.evaluator import Evaluator, OracleEvaluator, memory_result, score_result
+from searchers.experiment import Experiment, load_experiment
+from searchers.ledger import Ledger
+from searchers.prefilter import PreFilter
+from searchers.space import SearchSpace
+
+log = logging.getLogger(__name__)
+DEFAULT_SEARCHERS: tuple[str, ...] = ("seed_llm", "tpe", "gp", "random", "grid")
+WITHIN = 0.02
+"""'Reached the optimum' means best >= (1 - WITHIN) * optimum."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    """Outcome of one search run."""
+
+    experiment: str
+    searcher: str
+    seed: int
+    proposer: str
+    """Which proposer produced the suggestions (e.g. 'seed-planner + cross-axis (offline)')."""
+    budget: int
+    trials: int
+    """Trials counted against the budget (scored + rejected + failed), resumed ones included."""
+    resumed: int
+    """Trials read back from the ledger instead of being run again."""
+    best_tokens_per_s_per_gpu: float | None
+    best_training: dict[str, Any] | None
+    best_key: str
+    best_memory_gib: float | None
+    best_so_far: list[float | None]
+    prefilter_rejections: int
+    illegal: int
+    failed: int
+    repeats: int
+    oracle_mode: str
+    ledger_path: str | None
+    wall_s: float
+    proposer_stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_evaluator(mode: str) -> Evaluator:
+    if mode == "synthetic":
+        from searchers.testing import SyntheticEvaluator
+        return SyntheticEvaluator()
+    return OracleEvaluator(mode)
+
+
+def _as_experiment(experiment: Experiment | str | Path) -> Experiment:
+    return experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+
+
+def run_search(experiment: Experiment | str | Path, searcher_name: str | None = None, budget: int | None = None,
+               seed: int | None = None, ledger_path: str | Path | None = None, *,
+               evaluator: Evaluator | None = None, options: dict[str, Any] | None = None,
+               run_id: str | None = None, max_stale: int = 40) -> SearchResult:
+    """Run one searcher on ``experiment`` (a spec, a bundled name or a path) and return the outcome.
+
+    ``searcher_name``, ``budget`` and ``seed`` default to the spec's. ``options`` replace the spec's
+    searcher options (an ``lm`` object may be passed here for tests). With ``ledger_path`` every
+    candidate is appended to that parquet file and a previous run with the same run id
+    (``EXPERIMENT/SEARCHER/seedN``) is resumed from it. The search stops early when the searcher
+    has nothing left, or after ``max_stale`` suggestions in a row that bring nothing new.
+    """
+    exp = _as_experiment(experiment)
+    name = searcher_name or exp.searcher
+    budget = exp.budget if budget is None else int(budget)
+    seed = exp.seed if seed is None else int(seed)
+    evaluator = evaluator or default_evaluator(exp.oracle_mode)
+    opts = exp.searcher_options(name) if options is None else dict(options)
+    ledger = Ledger(ledger_path) if ledger_path is not None else None
+    run_id = run_id or f"{exp.name}/{name}/seed{seed}"
+    book = TrialBook(budget=budget, run_id=run_id, searcher=name, seed=seed, oracle_mode=evaluator.mode,
+                     experiment=exp.name, ledger=ledger)
+    t0 = time.perf_counter()
+    inner = make_searcher(name, exp.space, seed=seed, **opts)
+    gate = PreFilter(inner, evaluator, book, max_stale=max_stale)
+    try:
+        while not book.exhausted:
+            c = gate.suggest()
+            if c is None:
+                break
+            res = score_result(evaluator, c.meta["run"], c.meta["key"])
+            book.record(c, res, started_at=c.meta.get("started_at"))
+            gate.observe(c, res)
+    finally:
+        gate.close()
+        if ledger is not None:
+            ledger.close()
+    best = book.best
+    stats_fn = getattr(inner, "stats", None)
+    return SearchResult(
+        experiment=exp.name, searcher=name, seed=seed, proposer=gate.proposer, budget=budget, trials=book.used,
+        resumed=book.resumed, best_tokens_per_s_per_gpu=best.value if best else None,
+        best_training=dict(best.training) if best and best.training else None, best_key=best.key if best else "",
+        best_memory_gib=best.peak_bytes / 2**30 if best and best.peak_bytes else None,
+        best_so_far=book.best_so_far(), prefilter_rejections=book.count("rejected"),
+        illegal=book.count("illegal"), failed=book.count("failed"), repeats=gate.repeats,
+        oracle_mode=evaluator.mode, ledger_path=str(ledger_path) if ledger_path is not None else None,
+        wall_s=time.perf_counter() - t0, proposer_stats=dict(stats_fn()) if callable(stats_fn) else {})
+
+
+# ---------------------------------------------------------------------------------------------- optimum
+_OPTIMA: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _score_chunk(args: tuple[SearchSpace, Evaluator, Sequence[tuple]]) -> tuple[float | None, tuple | None, int]:
+    space, evaluator, points = args
+    best, best_p, fitting = None, None, 0
+    bound = getattr(evaluator, "upper_bound", None)
+    for p in points:
+        run = space.run_of(p)
+        if memory_result(evaluator, run, "") is not None:
+            continue
+        ub = bound(run) if (bound is not None and best is not None) else None
+        if ub is not None and ub < best:
+            fitting += 1  # fits, and provably cannot beat the best: skip the expensive projection
+            continue
+        res = score_result(evaluator, run, "")
+        if res.value is None:
+            continue
+        fitting += 1
+        if best is None or res.value > best:
+            best, best_p = res.value, p
+    return best, best_p, fitting
+
+
+def oracle_fingerprint() -> str:
+    """Hash of the oracle's code, model cards and hardware profiles (invalidates cached optima)."""
+    import hashlib
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha1()
+    for sub, pattern in (("oracle", "**/*.py"), ("oracle", "**/*.yaml"), ("hardware", "*.yaml")):
+        for f in sorted((root / sub).glob(pattern)):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _costly_schedules() -> frozenset[str]:
+    try:
+        from oracle.pipeline import SCHEDULES, get_schedule
+        return frozenset(n for n in SCHEDULES if get_schedule(n).cost_aware)
+    except (ImportError, TypeError, AttributeError):
+        return frozenset()
+
+
+def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int = 1,
+                       cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """Best memory-legal point of ``space`` by scoring every point (memory first, then throughput).
+
+    Exact: points on an expensive (cost-aware) schedule whose provable throughput bound
+    (``evaluator.upper_bound``) is below the best found so far are not projected.
+
+    Returns ``{"tokens_per_s_per_gpu", "config" (training section), "point", "space_size",
+    "scored", "wall_s"}``; memoised per (space, oracle mode) within the process and, with
+    ``cache_dir`` and the real oracle, on disk (keyed by the space and the oracle's code and data).
+    """
+    import json
+    mode = getattr(evaluator, "mode", "?")
+    memo_key = (space.fingerprint, mode)
+    if memo_key in _OPTIMA:
+        return _OPTIMA[memo_key]
+    cache_file = None
+    if cache_dir is not None and isinstance(evaluator, OracleEvaluator):
+        cache_file = Path(cache_dir) / f"optimum-{space.fingerprint}-{mode}-{oracle_fingerprint()}.json"
+        if cache_file.exists():
+            _OPTIMA[memo_key] = json.loads(cache_file.read_text())
+            return _OPTIMA[memo_key]
+    t0 = time.perf_counter()
+    points = space.points
+    if hasattr(evaluator, "upper_bound") and "pp_schedule" in space.axes:
+        # cheap schedules first, so the incumbent is strong before the bound prunes expensive ones
+        i = space.axes.index("pp_schedule")
+        costly = _costly_schedules()
+        points = tuple(sorted(points, key=lambda p: p[i] in costly))
+    if jobs > 1 and len(points) > 2000:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        n = jobs * 8
+        chunks = [points[i::n] for i in range(n)]
+        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            parts = list(pool.map(_score_chunk, [(space, evaluator, c) for c in chunks]))
+    else:
+        parts = [_score_chunk((space, evaluator, points))]
+    best, best_p, fitting = None, None, 0
+    order = space.points
+    for b, p, f in parts:
+        fitting += f
+        if b is not None and (best is None or b > best or (b == best and order.index(p) < order.index(best_p))):
+            best, best_p = b, p
+    out = {"tokens_per_s_per_gpu": best, "space_size": len(points), "scored": fitting,
+           "point": dict(zip(space.axes, best_p)) if best_p is not None else None,
+           "config": space.run_of(best_p).to_dict()["training"] if best_p is not None else None,
+           "wall_s": time.perf_counter() - t0}
+    _OPTIMA[memo_key] = out
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps(out, default=str, indent=1))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- compare
+def trials_to_within(best_so_far: Sequence[float | None], optimum: float, within: float = WITHIN) -> int | None:
+    """1-based number of trials after which the best is within ``within`` of ``optimum`` (None = never)."""
+    for i, v in enumerate(best_so_far):
+        if v is not None and v >= (1.0 - within) * optimum:
+            return i + 1
+    return None
+
+
+def _median_or_none(values: Iterable[float | None]) -> float | None:
+    vals = [math.inf if v is None else float(v) for v in values]
+    if not vals:
+        return None
+    m = statistics.median(vals)
+    return None if math.isinf(m) else m
+
+
+def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | Sequence[int] = 5,
+            searchers: Sequence[str] | None = None, *, evaluator: Evaluator | None = None,
+            ledger_path: str | Path | None = None, plot: str | Path | None = None, jobs: int = 1,
+            options: dict[str, dict[str, Any]] | None = None,
+            cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run every searcher on equal budgets over ``seeds`` and compare them with the exhaustive optimum.
+
+    Returns ``{"optimum": {"tokens_per_s_per_gpu", "config"}, "space_size", "searchers": {NAME:
+    {"median_best", "median_regret", "regrets", "median_trials_to_2pct", "prefilter_rejections",
+    "proposer", ...}}, ...}`` with regret as a fraction (1 - best/optimum).
+    """
+    exp = _as_experiment(experiment)
+    evaluator = evaluator or default_evaluator(exp.oracle_mode)
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    names = list(searchers or DEFAULT_SEARCHERS)
+    t0 = time.perf_counter()
+    opt = exhaustive_optimum(exp.space, evaluator, jobs=jobs, cache_dir=cache_dir)
+    optimum = opt["tokens_per_s_per_gpu"]
+    out: dict[str, Any] = {
+        "experiment": exp.name, "oracle_mode": evaluator.mode, "budget": budget, "seeds": seed_list,
+        "optimum": {"tokens_per_s_per_gpu": optimum, "config": opt["config"]},
+        "space_size": opt["space_size"], "space_fitting": opt["scored"], "searchers": {}}
+    curves: dict[str, list[list[float | None]]] = {}
+    for name in names:
+        runs: list[SearchResult] = []
+        for s in seed_list:
+            opts = None
+            if options and name in options:
+                opts = {**exp.searcher_options(name), **options[name]}
+            runs.append(run_search(exp, name, budget, s, ledger_path, evaluator=evaluator, options=opts))
+        bests = [r.best_tokens_per_s_per_gpu for r in runs]
+        regrets = [None if (b is None or not optimum) else max(0.0, 1.0 - b / optimum) for b in bests]
+        t2 = [trials_to_within(r.best_so_far, optimum) if optimum else None for r in runs]
+        curves[name] = [r.best_so_far for r in runs]
+        out["searchers"][name] = {
+            "median_best": _median_or_none(bests),
+            "median_regret": _median_or_none([1.0 if r is None else r for r in regrets]),
+            "regrets": regrets, "bests": bests,
+            "median_trials_to_2pct": _median_or_none(t2), "trials_to_2pct": t2,
+            "prefilter_rejections": statistics.median([r.prefilter_rejections for r in runs]),
+            "prefilter_rejections_total": sum(r.prefilter_rejections for r in runs),
+            "median_trials": statistics.median([r.trials for r in runs]),
+            "proposer": runs[0].proposer if len({r.proposer for r in runs}) == 1
+            else sorted({r.proposer for r in runs}),
+            "wall_s": sum(r.wall_s for r in runs),
+        }
+    out["wall_s"] = time.perf_counter() - t0
+    out["optimum_wall_s"] = opt["wall_s"]
+    if plot is not None:
+        plot_compare(out, curves, plot)
+        out["plot"] = str(plot)
+    return out
+
+
+def plot_compare(summary: dict[str, Any], curves: dict[str, list[list[float | None]]], path: str | Path) -> None:
+    """Median best-so-far (as % of the exhaustive optimum) per searcher vs trials, min-max band shaded."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    optimum = summary["optimum"]["tokens_per_s_per_gpu"] or 1.0
+    budget = summary["budget"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    for name, runs in curves.items():
+        grid = []
+        for r in runs:
+            row = [(v / optimum * 100.0) if v is not None else 0.0 for v in r]
+            row += [row[-1] if row else 0.0] * (budget - len(row))
+            grid.append(row[:budget])
+        xs = list(range(1, budget + 1))
+        med = [statistics.median(col) for col in zip(*grid)]
+        lo = [min(col) for col in zip(*grid)]
+        hi = [max(col) for col in zip(*grid)]
+        label = f"{name}: {summary['searchers'][name]['proposer']}" if name == "seed_llm" else name
+        ax.plot(xs, med, label=label, lw=2 if name == "seed_llm" else 1.3)
+        ax.fill_between(xs, lo, hi, alpha=0.12)
+    ax.axhline(100.0, color="k", lw=0.8, ls="--", label="exhaustive optimum")
+    ax.axhline(100.0 * (1 - WITHIN), color="grey", lw=0.6, ls=":", label="within 2%")
+    ax.set_xlabel("trials (pre-filter rejections count)")
+    ax.set_ylabel("best tokens/s/GPU so far (% of optimum)")
+    ax.set_title(f"{summary['experiment']}: median over {len(summary['seeds'])} seeds ({summary['oracle_mode']})")
+    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The compare summary as a text table."""
+    opt = summary["optimum"]["tokens_per_s_per_gpu"]
+    lines = [f"experiment {summary['experiment']} ({summary['oracle_mode']}), budget {summary['budget']}, "
+             f"seeds {summary['seeds']}",
+             f"space: {summary['space_size']} legal points, {summary['space_fitting']} fit in memory; "
+             f"exhaustive optimum {opt:,.0f} tokens/s/GPU" if opt else "exhaustive optimum: none fits",
+             f"{'searcher':<10} {'median best':>12} {'median regret':>14} {'trials to 2%':>13} "
+             f"{'rejections':>11}  proposer"]
+    for name, s in summary["searchers"].items():
+        mb = f"{s['median_best']:,.0f}" if s["median_best"] is not None else "-"
+        mr = f"{100 * s['median_regret']:.1f}%" if s["median_regret"] is not None else "-"
+        t2 = f"{s['median_trials_to_2pct']:.0f}" if s["median_trials_to_2pct"] is not None else "never"
+        lines.append(f"{name:<10} {mb:>12} {mr:>14} {t2:>13} {s['prefilter_rejections']:>11g}  {s['proposer']}")
+    return "\n".join(lines)
+

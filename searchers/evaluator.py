@@ -1,0 +1,169 @@
+"""What a search needs from the oracle, as a small protocol, and its binding to the real oracle.
+
+Searchers and drivers take any object with ``memory(run)`` and ``score(run)``; the default,
+:class:`OracleEvaluator`, imports :mod:`oracle.memory` and :mod:`oracle.projector` only when first
+called. Tests pass the synthetic oracle of :mod:`searchers.testing`.
+
+The two helpers turn oracle answers (or exceptions) into :class:`~searchers.base.TrialResult`:
+an exception raised by the oracle is a 'failed' trial with its message, never a crashed search.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, runtime_checkable
+
+from oracle.config import RunConfig
+from searchers.base import TrialResult
+
+GIB = 2**30
+
+
+@runtime_checkable
+class MemoryLike(Protocol):
+    """What the pre-filter reads from a memory projection (``oracle.results.MemoryBreakdown``)."""
+
+    @property
+    def peak_bytes(self) -> float: ...
+
+    @property
+    def cap_bytes(self) -> float: ...
+
+
+class ProjectionLike(Protocol):
+    """What a search reads from a projection (``oracle.results.Projection``)."""
+
+    tokens_per_s_per_gpu: float | None
+    memory: Any
+
+
+class Evaluator(Protocol):
+    """The oracle as a search sees it."""
+
+    mode: str
+    """Oracle mode recorded in the ledger ('simulate', 'benchmark', 'synthetic', ...)."""
+
+    def memory(self, run: RunConfig) -> MemoryLike:
+        """Memory projection only (cheap; the pre-filter)."""
+
+    def score(self, run: RunConfig) -> ProjectionLike:
+        """Full projection (throughput and memory)."""
+
+
+class OracleEvaluator:
+    """The real oracle: ``oracle.memory.project_memory`` and ``oracle.projector.project`` (lazy).
+
+    Searches never read the per-module memory tree, so it is not built. ``fast_schedules`` lets the
+    cost-aware schedules (ILP, greedy V orders) reuse orders solved on quantised costs (the oracle's
+    own speed/exactness trade; off by default).
+    """
+
+    def __init__(self, mode: str = "simulate", *, fast_schedules: bool = False) -> None:
+        self.mode = mode
+        self.fast_schedules = fast_schedules
+
+    def memory(self, run: RunConfig) -> MemoryLike:
+        from oracle.memory import project_memory
+        return project_memory(run)
+
+    def score(self, run: RunConfig) -> ProjectionLike:
+        from oracle.projector import project
+        try:
+            return project(run, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False)
+        except TypeError:  # an oracle without these keywords
+            return project(run, mode=self.mode)
+
+    def upper_bound(self, run: RunConfig) -> float | None:
+        """A provable upper bound on tokens/s/GPU when ``run`` uses an expensive (cost-aware) pipeline
+        schedule, else None: exhaustive sweeps skip such points when the bound cannot beat the best."""
+        if run.training.pp == 1:
+            return None
+        try:
+            from oracle.pipeline import get_schedule
+            from oracle.projector import tokens_per_s_per_gpu_upper_bound
+        except ImportError:
+            return None
+        if not get_schedule(run.training.schedule).cost_aware:
+            return None
+        return float(tokens_per_s_per_gpu_upper_bound(run))
+
+    def __repr__(self) -> str:
+        return f"OracleEvaluator(mode={self.mode!r})"
+
+
+def _error_text(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]
+
+
+def memory_result(evaluator: Evaluator, run: RunConfig, key: str) -> TrialResult | None:
+    """None when ``run`` fits under the cap; otherwise a 'rejected' (or 'failed') result."""
+    try:
+        mem = evaluator.memory(run)
+        peak, cap = float(mem.peak_bytes), float(mem.cap_bytes)
+    except Exception as exc:  # the oracle must not crash a search
+        return TrialResult(status="failed", key=key, training=_training(run),
+                           reason=f"memory projection failed: {_error_text(exc)}")
+    if not (math.isfinite(peak) and peak <= cap):
+        return TrialResult(status="rejected", key=key, training=_training(run), peak_bytes=peak,
+                           cap_bytes=cap,
+                           reason=f"memory pre-filter: peak {peak / GIB:.1f} GiB > cap {cap / GIB:.1f} GiB")
+    return None
+
+
+def score_result(evaluator: Evaluator, run: RunConfig, key: str) -> TrialResult:
+    """Score ``run``: 'ok' with throughput, 'rejected' if the full projection says it does not fit,
+    'failed' when the oracle raises or returns no finite positive throughput."""
+    try:
+        proj = evaluator.score(run)
+        tps = proj.tokens_per_s_per_gpu
+        mem = proj.memory
+        peak, cap = float(mem.peak_bytes), float(mem.cap_bytes)
+    except Exception as exc:
+        return TrialResult(status="failed", key=key, training=_training(run),
+                           reason=f"projection failed: {_error_text(exc)}")
+    extra = {"iteration_time_s": getattr(proj, "iteration_time_s", None), "mfu": getattr(proj, "mfu", None)}
+    if peak > cap:
+        return TrialResult(status="rejected", key=key, training=_training(run), peak_bytes=peak,
+                           cap_bytes=cap, reason=f"projection: peak {peak / GIB:.1f} GiB > cap {cap / GIB:.1f} GiB",
+                           **extra)
+    if tps is None or not math.isfinite(float(tps)) or float(tps) <= 0:
+        return TrialResult(status="failed", key=key, training=_training(run), peak_bytes=peak, cap_bytes=cap,
+                           reason=f"projection returned no usable throughput ({tps!r})", **extra)
+    return TrialResult(status="ok", key=key, training=_training(run), tokens_per_s_per_gpu=float(tps),
+                       peak_bytes=peak, cap_bytes=cap, **extra)
+
+
+def _training(run: RunConfig) -> dict[str, Any]:
+    return run.to_dict()["training"]
+
+
+# ---------------------------------------------------------------------------------------------- trial metrics
+def trial_metrics(result: TrialResult) -> dict[str, Any]:
+    """The plain metrics dict a Ray Tune trial reports for ``result`` (see :func:`result_from_metrics`).
+
+    ``tokens_per_s_per_gpu`` is always a number (0.0 when not scored) so Tune can rank every trial.
+    """
+    return {"tokens_per_s_per_gpu": result.value if result.value is not None else 0.0,
+            "status": result.status, "fits": result.fits, "config_key": result.key,
+            "peak_gib": None if result.peak_bytes is None else result.peak_bytes / GIB,
+            "cap_gib": None if result.cap_bytes is None else result.cap_bytes / GIB,
+            "iteration_time_s": result.iteration_time_s, "mfu": result.mfu, "reason": result.reason}
+
+
+def result_from_metrics(metrics: Any, *, key: str = "", training: Any = None) -> TrialResult:
+    """Inverse of :func:`trial_metrics` (extra keys Tune adds are ignored; a malformed dict is 'failed')."""
+    try:
+        status = metrics.get("status", "ok")
+        if status not in ("ok", "rejected", "illegal", "failed"):
+            raise ValueError(f"unknown status {status!r}")
+        tps = metrics.get("tokens_per_s_per_gpu")
+        peak, cap = metrics.get("peak_gib"), metrics.get("cap_gib")
+        return TrialResult(status=status, key=metrics.get("config_key") or key, training=training,
+                           tokens_per_s_per_gpu=float(tps) if status == "ok" and tps is not None else None,
+                           peak_bytes=None if peak is None else float(peak) * GIB,
+                           cap_bytes=None if cap is None else float(cap) * GIB,
+                           iteration_time_s=metrics.get("iteration_time_s"), mfu=metrics.get("mfu"),
+                           reason=str(metrics.get("reason") or ""))
+    except Exception as exc:  # a bad objective value is recorded, never a crash
+        return TrialResult(status="failed", key=key, training=training,
+                           reason=f"unreadable trial metrics: {_error_text(exc)}")

@@ -1,0 +1,86 @@
+"""``seed_llm``: the paper's Tuning Agent — the seed planner, then a cross-axis proposer.
+
+Phase 1 emits the seed plan (:mod:`searchers.seed`). Phase 2 hands the shared history to the LLM
+proposer (:mod:`searchers.llm`) when an ``llm`` block is configured, else to the deterministic
+cross-axis proposer (:mod:`searchers.crossaxis`). :attr:`SeedThenPropose.proposer` always says
+which one ran (and whether the LLM fell back to the offline proposer).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from searchers.base import Candidate, SearchContext, Searcher, TrialResult, register
+from searchers.crossaxis import CrossAxisProposer
+from searchers.history import History
+from searchers.seed import seed_plan
+from searchers.space import SearchSpace
+
+
+@register("seed_llm")
+class SeedThenPropose(Searcher):
+    """Seed planner (about 12 single-axis candidates), then up to ``rounds`` proposer rounds.
+
+    Options: ``max_seed`` (12), ``rounds`` (4), ``per_round`` (25), ``patience`` (5),
+    ``llm`` (mapping as in the experiment's ``llm`` block, or an :class:`~searchers.llm.LLMSettings`;
+    absent = offline proposer), ``lm`` (a ready ``dspy.LM``-like object, for tests),
+    ``extra_guidance`` (free text for the LLM planner).
+    """
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, max_seed: int = 12, rounds: int = 4,
+                 per_round: int = 25, patience: int = 5, llm: Any = None, lm: Any = None,
+                 extra_guidance: str = "") -> None:
+        super().__init__(space, seed=seed)
+        self.history = History(space)
+        self._seed = seed_plan(space, max_candidates=max_seed)
+        self._round_opts = {"rounds": rounds, "per_round": per_round, "patience": patience}
+        self._llm, self._lm, self._guidance = llm, lm, extra_guidance
+        self._proposer: Any = None
+        self._in_seed = True
+        self.sequential = llm is not None or lm is not None
+        """The LLM proposer's tool loop waits for each result: one trial at a time under Ray Tune."""
+
+    # ------------------------------------------------------------------ proposer selection
+    def _make_proposer(self) -> Any:
+        if self._llm is None and self._lm is None:
+            return CrossAxisProposer(self.space, self.history, **self._round_opts)
+        from searchers.llm import LLMProposer
+        return LLMProposer(self.space, self.history, settings=self._llm, lm=self._lm,
+                           extra_guidance=self._guidance, context=self.context, **self._round_opts)
+
+    @property
+    def proposer(self) -> str:
+        if self._proposer is not None:
+            return f"seed-planner + {self._proposer.label}"
+        if self._llm is None and self._lm is None:
+            return "seed-planner + cross-axis (offline)"
+        from searchers.llm import llm_label
+        return f"seed-planner + {llm_label(self._llm, self._lm)}"
+
+    def bind(self, context: SearchContext) -> None:
+        super().bind(context)
+        if self._proposer is not None and hasattr(self._proposer, "bind"):
+            self._proposer.bind(context)
+
+    # ------------------------------------------------------------------ ask / tell
+    def suggest(self) -> Candidate | None:
+        while self._seed:
+            c = self._seed.pop(0)
+            if not self.history.knows(c.meta.get("key", "")):
+                return c
+        self._in_seed = False
+        if self._proposer is None:
+            self._proposer = self._make_proposer()
+        return self._proposer.suggest()
+
+    def observe(self, candidate: Candidate, result: TrialResult) -> None:
+        counted = self.history.add(candidate, result) and result.status != "illegal"
+        if candidate.phase != "seed" and self._proposer is not None:
+            self._proposer.observe(candidate, result, counted)
+
+    def close(self) -> None:
+        if self._proposer is not None and hasattr(self._proposer, "close"):
+            self._proposer.close()
+
+    def stats(self) -> Mapping[str, Any]:
+        return getattr(self._proposer, "counts", {}) if self._proposer is not None else {}

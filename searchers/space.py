@@ -1,0 +1,367 @@
+"""The configuration space: which training values a search may try, and which of them are legal.
+
+Built from a baseline :class:`~oracle.config.RunConfig` (model card + cluster + training section).
+Every ``TrainingConfig`` field is an axis; most hold the baseline value, the searched ones get a
+default value list derived from the card and cluster:
+
+====================  ==============================================================================
+axis                  default values
+====================  ==============================================================================
+tp                    powers of two up to GPUs per node
+cp                    1, 2, 4, 8
+pp                    divisors of the GPU count up to the number of layers
+vpp                   1, 2, 3, 4
+pp_schedule           1f1b, interleaved, zero_bubble, zbv, ilp (paper Sec. 2); never 'auto'
+ep                    divisors of the expert count up to the GPU count (MoE only)
+mbs                   1, 2, 4, 8
+recompute             none, selective, full
+precision             bf16, fp8 (fp8 only where the hardware has it)
+moe_a2a_backend       alltoall, deepep (MoE only)
+use_distributed_optimizer / fsdp     true/false each
+everything else       the baseline value (gbs, etp, recompute_num_layers, overlap flags, ...)
+====================  ==============================================================================
+
+The baseline's own values are always included. A user ``pin`` sets an axis to one value; a user
+``restrict`` replaces an axis's value list (any TrainingConfig field may be restricted, e.g.
+``recompute_num_layers: [null, 1, 2]`` or ``overlap_grad_reduce: [true, false]``).
+
+Legality is the oracle's (:func:`oracle.legality.check`), never re-implemented here. Two
+canonical-form rules remove duplicates that the oracle would treat alike: with ``ep == 1`` the MoE
+dispatcher is 'alltoall' (no all-to-all to replace), and ``fsdp`` implies
+``use_distributed_optimizer = false`` (ZeRO-3 subsumes ZeRO-1).
+
+Enumeration checks the structural axes (layout, schedule, batch, recompute) with the baseline
+flags, the flag axes (precision, dispatcher, sharding, overlap) with the baseline structure, and
+then every combination of the two survivors with the full legality check, so every enumerated
+point is legal; a rule that lets a flag rescue an otherwise illegal structure would be missed
+(none exists today). Mixtral 8x22B on 32 GPUs enumerates in about a second.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+from oracle.config import SCHEDULES, RunConfig, TrainingConfig
+from oracle.errors import InvalidConfigError
+from oracle.legality import check as legality_check
+from oracle.schema import coerce, unknown_key_problems
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainingConfig))
+_HINTS = typing.get_type_hints(TrainingConfig)
+
+_PREFERRED_ORDER: tuple[str, ...] = (
+    "tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
+    "recompute", "recompute_num_layers", "precision", "fp8_activations", "moe_a2a_backend",
+    "use_distributed_optimizer", "fsdp", "overlap_grad_reduce", "overlap_param_gather",
+    "sequence_parallel", "loss_fusion", "moe_imbalance", "first_stage_layers", "last_stage_layers")
+CANONICAL_ORDER: tuple[str, ...] = tuple(f for f in _PREFERRED_ORDER if f in FIELDS) + tuple(
+    sorted(f for f in FIELDS if f not in _PREFERRED_ORDER))
+"""Every TrainingConfig field, in the order axes are listed (fields added later go last)."""
+
+STRUCTURE_AXES = frozenset({"tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
+                            "recompute", "recompute_num_layers", "first_stage_layers", "last_stage_layers"})
+"""Axes enumerated as the 'structure' block; the rest form the 'flags' block (see module doc)."""
+ORDINAL_AXES = frozenset({"tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "gbs", "seq_len",
+                          "recompute_num_layers", "moe_imbalance"})
+"""Numeric axes whose neighbours are the adjacent values (others are categorical)."""
+PAPER_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble", "zbv", "ilp")
+PARALLEL_AXES: tuple[str, ...] = ("tp", "cp", "pp", "vpp", "ep", "etp")
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [1 << i for i in range(0, max(1, limit).bit_length()) if (1 << i) <= limit]
+
+
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0 and (limit is None or d <= limit)]
+
+
+def _sort_key(v: Any) -> tuple:
+    # None first, then numbers, then strings; bools as numbers (False < True)
+    if v is None:
+        return (0, 0, "")
+    if isinstance(v, (bool, int, float)):
+        return (1, float(v), "")
+    return (2, 0, str(v))
+
+
+def _coerce_field(name: str, value: Any) -> Any:
+    v = coerce(value, _HINTS[name], f"training.{name}")
+    if name == "pp_schedule" and v not in SCHEDULES and v != "auto":
+        raise ValueError(f"training.pp_schedule={v!r} is not one of {' | '.join(SCHEDULES)}")
+    return v
+
+
+class SearchSpace:
+    """Axes with their value lists around a baseline run, and the legal points among them."""
+
+    def __init__(self, baseline: RunConfig, *, pins: Mapping[str, Any] | None = None,
+                 restrict: Mapping[str, Sequence[Any]] | None = None) -> None:
+        pins, restrict = dict(pins or {}), dict(restrict or {})
+        problems = unknown_key_problems(pins, list(FIELDS), "space.pin")
+        problems += unknown_key_problems(restrict, list(FIELDS), "space.restrict")
+        for k in sorted(set(pins) & set(restrict)):
+            problems.append(f"space: axis {k!r} is both pinned and restricted; give one of the two")
+        values: dict[str, list[Any]] = {}
+        for k, v in pins.items():
+            if k in FIELDS:
+                try:
+                    values[k] = [_coerce_field(k, v)]
+                except ValueError as exc:
+                    problems.append(f"space.pin: {exc}")
+        for k, vs in restrict.items():
+            if k not in FIELDS:
+                continue
+            if not isinstance(vs, (list, tuple)) or not vs:
+                problems.append(f"space.restrict.{k}={vs!r} must be a non-empty list of values")
+                continue
+            try:
+                values[k] = [_coerce_field(k, v) for v in vs]
+            except ValueError as exc:
+                problems.append(f"space.restrict: {exc}")
+        if problems:
+            raise InvalidConfigError(problems)
+        base_t = self._canonical_training(baseline.training.replace(
+            **{k: v[0] for k, v in values.items() if len(v) == 1}))
+        self.baseline: RunConfig = dataclasses.replace(baseline, training=base_t)
+        """The baseline in canonical form (pins applied, 'auto' schedule resolved)."""
+        defaults = self._default_values(self.baseline)
+        axes: dict[str, tuple[Any, ...]] = {}
+        for name in CANONICAL_ORDER:
+            base_v = getattr(base_t, name)
+            vs = values.get(name, defaults.get(name, [base_v]))
+            if name in restrict or name in pins:
+                vs = list(dict.fromkeys(vs))  # user order kept, duplicates dropped
+            elif name in ORDINAL_AXES:
+                vs = sorted(set(vs) | {base_v}, key=_sort_key)
+            else:
+                vs = list(dict.fromkeys([*vs, base_v]))  # default order, baseline appended if new
+            if name == "pp_schedule":
+                vs = [v if v != "auto" else base_t.schedule for v in vs]
+                vs = list(dict.fromkeys(vs))
+            axes[name] = tuple(vs)
+        self.values: dict[str, tuple[Any, ...]] = axes
+        """Every field's allowed values (one value = held fixed)."""
+        self.axes: tuple[str, ...] = tuple(n for n in CANONICAL_ORDER if len(axes[n]) > 1)
+        """The searched axes (two or more values), in canonical order."""
+        self.pins, self.restrict = pins, restrict
+
+    # ------------------------------------------------------------------ construction helpers
+    @staticmethod
+    def _default_values(run: RunConfig) -> dict[str, list[Any]]:
+        m, n, hw = run.model, run.cluster.num_gpus, run.cluster.hardware
+        d: dict[str, list[Any]] = {
+            "tp": _powers_of_two(min(hw.gpus_per_node, n)),
+            "cp": [c for c in (1, 2, 4, 8) if n % c == 0],
+            "pp": _divisors(n, m.num_layers),
+            "vpp": [1, 2, 3, 4],
+            "pp_schedule": list(PAPER_SCHEDULES),
+            "mbs": [1, 2, 4, 8],
+            "recompute": ["none", "selective", "full"],
+            "precision": ["bf16", "fp8"] if hw.supports("fp8") else ["bf16"],
+            "use_distributed_optimizer": [False, True],
+            "fsdp": [False, True],
+        }
+        if m.is_moe:
+            d["ep"] = _divisors(m.num_experts, n)
+            d["moe_a2a_backend"] = ["alltoall", "deepep"]
+        return d
+
+    @staticmethod
+    def _canonical_training(t: TrainingConfig) -> TrainingConfig:
+        changes: dict[str, Any] = {}
+        if t.pp_schedule == "auto":
+            changes["pp_schedule"] = t.schedule
+        if t.ep == 1 and t.moe_a2a_backend != "alltoall":
+            changes["moe_a2a_backend"] = "alltoall"
+        if t.fsdp and t.use_distributed_optimizer:
+            changes["use_distributed_optimizer"] = False
+        return t.replace(**changes) if changes else t
+
+    # ------------------------------------------------------------------ points and runs
+    def point_of(self, run_or_training: RunConfig | TrainingConfig | Mapping[str, Any]) -> dict[str, Any]:
+        """The searched-axis values of a run, training config or mapping (canonical form)."""
+        if isinstance(run_or_training, RunConfig):
+            t = run_or_training.training
+        elif isinstance(run_or_training, TrainingConfig):
+            t = run_or_training
+        else:
+            t = self.baseline.training.replace(**dict(run_or_training))
+        t = self._canonical_training(t)
+        return {a: getattr(t, a) for a in self.axes}
+
+    def validate(self, values: Mapping[str, Any]) -> tuple[RunConfig | None, list[str]]:
+        """Build the candidate ``baseline + values``; return (run, []) or (run or None, problems).
+
+        Problems name every unknown key, badly typed value, value outside the space and legality
+        failure; the run is returned whenever it could be built (so its key can be recorded).
+        """
+        if not isinstance(values, Mapping):
+            return None, [f"a candidate must be a mapping of training keys to values, got {type(values).__name__}"]
+        problems = unknown_key_problems(dict(values), list(FIELDS), "candidate")
+        changes: dict[str, Any] = {}
+        for k, v in values.items():
+            if k not in FIELDS:
+                continue
+            try:
+                changes[k] = _coerce_field(k, v)
+            except ValueError as exc:
+                problems.append(str(exc))
+        t = self._canonical_training(self.baseline.training.replace(**changes))
+        run = dataclasses.replace(self.baseline, training=t)
+        for name in CANONICAL_ORDER:
+            v = getattr(t, name)
+            allowed = self.values[name]
+            if v not in allowed:
+                shown = ", ".join("null" if a is None else str(a) for a in allowed)
+                problems.append(f"{name}={'null' if v is None else v} is outside the search space "
+                                f"({name} in {{{shown}}})")
+        parse_problems = bool(problems)
+        problems += legality_check(run)
+        return (None if parse_problems else run), problems
+
+    def make(self, values: Mapping[str, Any]) -> RunConfig:
+        """Like :meth:`validate` but raise InvalidConfigError listing every problem."""
+        run, problems = self.validate(values)
+        if problems:
+            raise InvalidConfigError(problems)
+        assert run is not None
+        return run
+
+    def contains(self, values: Mapping[str, Any]) -> bool:
+        return not self.validate(values)[1]
+
+    def run_of(self, point: Sequence[Any] | Mapping[str, Any]) -> RunConfig:
+        """The RunConfig of an enumerated point (a tuple in :attr:`axes` order or a mapping); unchecked."""
+        if not isinstance(point, Mapping):
+            point = dict(zip(self.axes, point))
+        return dataclasses.replace(self.baseline, training=self.baseline.training.replace(**point))
+
+    # ------------------------------------------------------------------ enumeration
+    @staticmethod
+    def _is_canonical(kw: Mapping[str, Any]) -> bool:
+        """The kwargs form of :meth:`_canonical_training` (no object built)."""
+        return not (kw["pp_schedule"] == "auto" or (kw["ep"] == 1 and kw["moe_a2a_backend"] != "alltoall")
+                    or (kw["fsdp"] and kw["use_distributed_optimizer"]))
+
+    def _legal_kwargs(self, t_kwargs: dict[str, Any], *, canonical: bool) -> bool:
+        if canonical and not self._is_canonical(t_kwargs):
+            return False
+        t = TrainingConfig(**t_kwargs)
+        return not legality_check(RunConfig(model=self.baseline.model, cluster=self.baseline.cluster,
+                                            training=t))
+
+    @cached_property
+    def points(self) -> tuple[tuple[Any, ...], ...]:
+        """Every legal point, as value tuples in :attr:`axes` order (enumerated once, then cached)."""
+        base = {f: getattr(self.baseline.training, f) for f in FIELDS}
+        s_axes = [a for a in self.axes if a in STRUCTURE_AXES]
+        f_axes = [a for a in self.axes if a not in STRUCTURE_AXES]
+        s_ok = [s for s in itertools.product(*(self.values[a] for a in s_axes))
+                if self._legal_kwargs({**base, **dict(zip(s_axes, s))}, canonical=False)]
+        f_ok = [f for f in itertools.product(*(self.values[a] for a in f_axes))
+                if self._legal_kwargs({**base, **dict(zip(f_axes, f))}, canonical=False)]
+        order = [self.axes.index(a) for a in s_axes + f_axes]
+        inverse = sorted(range(len(order)), key=order.__getitem__)
+        out = []
+        for s in s_ok:
+            sd = {**base, **dict(zip(s_axes, s))}
+            for f in f_ok:
+                if not self._legal_kwargs({**sd, **dict(zip(f_axes, f))}, canonical=True):
+                    continue
+                row = s + f
+                out.append(tuple(row[i] for i in inverse))
+        return tuple(out)
+
+    def iter_points(self) -> Iterator[dict[str, Any]]:
+        for p in self.points:
+            yield dict(zip(self.axes, p))
+
+    def point(self, i: int) -> dict[str, Any]:
+        return dict(zip(self.axes, self.points[i]))
+
+    @property
+    def size(self) -> int:
+        """Number of legal points."""
+        return len(self.points)
+
+    @property
+    def raw_size(self) -> int:
+        """Size of the full cross product of the axis values (legal or not)."""
+        return math.prod(len(self.values[a]) for a in self.axes)
+
+    @cached_property
+    def num_layouts(self) -> int:
+        """Distinct parallel layouts (tp, cp, pp, vpp, ep, etp) among the legal points."""
+        idx = [i for i, a in enumerate(self.axes) if a in PARALLEL_AXES]
+        return len({tuple(p[i] for i in idx) for p in self.points})
+
+    @cached_property
+    def _index_array(self):
+        import numpy as np
+        pos = {a: {v: i for i, v in enumerate(self.values[a])} for a in self.axes}
+        arr = np.array([[pos[a][v] for a, v in zip(self.axes, p)] for p in self.points], dtype=np.int16)
+        return arr.reshape(len(self.points), len(self.axes))
+
+    def nearest(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The legal point closest to ``values`` (index distance on numeric axes, mismatch count on
+        the others; ties go to the first enumerated point). None for an empty space."""
+        import numpy as np
+        if not self.points:
+            return None
+        x = []
+        for a in self.axes:
+            vs = self.values[a]
+            v = values.get(a, getattr(self.baseline.training, a))
+            x.append(vs.index(v) if v in vs else -100)
+        arr = self._index_array
+        d = np.abs(arr - np.array(x, dtype=np.int16))
+        cat = [i for i, a in enumerate(self.axes) if a not in ORDINAL_AXES]
+        if cat:
+            d[:, cat] = np.minimum(d[:, cat], 1)
+        return self.point(int(np.argmin(d.sum(axis=1))))
+
+    # ------------------------------------------------------------------ neighbourhoods
+    def neighbours(self, point: Mapping[str, Any], axis: str) -> list[Any]:
+        """Other values of ``axis`` next to ``point[axis]``: adjacent ones for numeric axes, all for others."""
+        vals = self.values[axis]
+        cur = point.get(axis, getattr(self.baseline.training, axis))
+        if axis in ORDINAL_AXES and all(isinstance(v, (int, float)) for v in vals):
+            ordered = sorted(vals)
+            if cur not in ordered:
+                return ordered
+            i = ordered.index(cur)
+            return [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        return [v for v in vals if v != cur]
+
+    # ------------------------------------------------------------------ descriptions
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready view: searched axes with their values, fixed values, sizes."""
+        fixed = {a: v[0] for a, v in self.values.items() if len(v) == 1}
+        return {"axes": {a: list(self.values[a]) for a in self.axes}, "fixed": fixed,
+                "canonical_rules": ["ep=1 implies moe_a2a_backend=alltoall",
+                                    "fsdp=true implies use_distributed_optimizer=false"],
+                "baseline": self.point_of(self.baseline)}
+
+    def summary(self) -> dict[str, Any]:
+        return {"axes": len(self.axes), "raw_size": self.raw_size, "size": self.size,
+                "num_layouts": self.num_layouts}
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stable id of (baseline, value lists): equal spaces share it across processes."""
+        blob = json.dumps({"baseline": self.baseline.to_dict(),
+                           "values": {a: list(v) for a, v in self.values.items()}},
+                          sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    def __repr__(self) -> str:
+        return (f"SearchSpace({self.baseline.model.name} on {self.baseline.cluster.num_gpus}x"
+                f"{self.baseline.cluster.hardware.name}, axes={list(self.axes)})")

@@ -1,0 +1,38 @@
+"""The seed planner walks the paper's Appendix C.1 order, anchored on the baseline."""
+from __future__ import annotations
+
+from searchers.experiment import load_experiment
+from searchers.seed import seed_plan
+
+
+def test_mixtral_seed_order_follows_the_paper():
+    exp = load_experiment("mixtral-8x22b-mi355x-4node")
+    plan = seed_plan(exp.space)
+    notes = [c.note for c in plan]
+    assert notes[:9] == [
+        "baseline",
+        "recompute=full", "recompute=selective",                 # baseline already has none
+        "moe_a2a_backend=deepep",                                # MoE with EP > 1
+        "pp_schedule=1f1b",                                      # VPP 3, 4 do not split 14 layers/stage
+        "pp_schedule=zero_bubble",                               # (ILP is left out of this space)
+        "mbs=2", "use_distributed_optimizer=false",              # MBS 1 is the baseline
+        "precision=fp8",                                         # then the fill-up
+    ]
+    assert notes[9:] == ["fsdp=true", "pp_schedule=zbv vpp=2", "ep=4"]
+    assert len(plan) <= 12
+    base = exp.space.point_of(exp.space.baseline)
+    for c in plan[1:]:
+        changed = {k for k, v in c.values.items() if base[k] != v}
+        assert changed == set(c.meta["move"]) and 1 <= len(changed) <= 2    # one axis (schedule+vpp coupled)
+        assert c.phase == "seed" and c.proposer == "seed-planner"
+
+
+def test_seed_skips_dispatcher_without_experts_and_respects_the_cap_of_twelve(tiny):
+    exp = load_experiment("llama3.1-70b-h100-64")
+    notes = [c.note for c in seed_plan(exp.space)]
+    assert not any("moe_a2a_backend" in n for n in notes)
+    assert notes[:3] == ["baseline", "recompute=full", "recompute=selective"]
+    assert len(seed_plan(tiny.space, max_candidates=5)) == 5
+    # every seed candidate is a legal point of its space
+    for c in seed_plan(tiny.space):
+        assert tiny.space.contains(c.values)

@@ -1,0 +1,107 @@
+"""The search space: axes, pins/restrictions, legality from the oracle, enumeration, neighbours."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from oracle.config import RunConfig
+from oracle.errors import InvalidConfigError
+from oracle.legality import check
+from searchers.experiment import load_experiment
+from searchers.space import SearchSpace
+
+
+def test_every_enumerated_point_is_legal_and_brute_force_agrees(tiny):
+    sp = tiny.space
+    pts = set(sp.points)
+    assert len(pts) == sp.size > 100
+    brute = set()
+    for combo in itertools.product(*(sp.values[a] for a in sp.axes)):
+        values = dict(zip(sp.axes, combo))
+        run = sp.run_of(values)
+        if not check(run) and sp.point_of(run) == values:  # legal and canonical
+            brute.add(combo)
+    assert pts == brute
+    for p in list(sp.iter_points())[::37]:
+        assert sp.contains(p)
+        assert check(sp.run_of(p)) == []
+
+
+def test_counts_for_mixtral_on_32_gpus_are_order_ten_to_the_four():
+    sp = load_experiment("mixtral-8x22b-mi355x-4node").space
+    s = sp.summary()
+    assert 10_000 <= s["size"] <= 200_000, s
+    assert s["raw_size"] > s["size"]
+    assert 100 <= s["num_layouts"] <= 1000
+    assert set(sp.axes) >= {"tp", "pp", "vpp", "ep", "cp", "mbs", "pp_schedule", "recompute", "precision",
+                            "moe_a2a_backend", "use_distributed_optimizer", "fsdp"}
+
+
+def test_pins_and_restrictions(tiny):
+    sp = SearchSpace(tiny.baseline, pins={"precision": "bf16"}, restrict={"mbs": [2, 1], "recompute": ["full"]})
+    assert sp.values["precision"] == ("bf16",) and "precision" not in sp.axes
+    assert sp.values["mbs"] == (2, 1)
+    assert all(p["recompute"] == "full" for p in sp.iter_points()) if "recompute" in sp.axes else True
+    assert sp.baseline.training.recompute == "full"
+    # any TrainingConfig field may be restricted, turning it into an axis
+    sp2 = SearchSpace(tiny.baseline, restrict={"overlap_grad_reduce": [True, False]})
+    assert "overlap_grad_reduce" in sp2.axes
+
+
+def test_bad_pins_and_restrictions_name_every_problem(tiny):
+    with pytest.raises(InvalidConfigError) as err:
+        SearchSpace(tiny.baseline, pins={"tpp": 2, "mbs": "x"}, restrict={"mbs": [], "pp_schedule": ["1f2b"],
+                                                                           "cp": 2})
+    text = str(err.value)
+    assert "'tpp'" in text and "did you mean 'tp'" in text
+    assert "both pinned and restricted" in text
+    assert "1f2b" in text
+    assert "non-empty list" in text
+
+
+def test_validate_reports_unknown_outside_and_illegal(tiny):
+    sp = tiny.space
+    run, problems = sp.validate({"tp": 16, "foo": 1})
+    assert run is None
+    assert any("unknown key 'foo'" in p for p in problems)
+    assert any("tp=16 is outside the search space" in p for p in problems)
+    run, problems = sp.validate({"pp": 4, "vpp": 2, "pp_schedule": "interleaved"})
+    assert run is not None and any("num_layers=4 is not divisible by pp*vpp" in p for p in problems)
+    run, problems = sp.validate({"pp_schedule": "zero_bubble"})
+    assert problems == [] and run.training.pp_schedule == "zero_bubble"
+
+
+def test_canonical_forms_merge_equivalent_configs(tiny):
+    sp = tiny.space
+    # ep=1: the dispatcher is all-to-all whatever was asked
+    run = sp.make({"ep": 1, "moe_a2a_backend": "deepep"})
+    assert run.training.moe_a2a_backend == "alltoall"
+    assert run.key() == sp.make({"ep": 1}).key()
+    # 'auto' schedule resolves to the concrete one
+    assert sp.baseline.training.pp_schedule != "auto"
+    assert all(p.get("pp_schedule") != "auto" for p in sp.iter_points())
+
+
+def test_nearest_legal_point(tiny):
+    sp = tiny.space
+    p = sp.nearest({"pp": 4, "vpp": 2, "pp_schedule": "interleaved", "tp": 2})
+    assert sp.contains(p)
+    assert p["tp"] == 2
+    legal = sp.point(5)
+    assert sp.nearest(legal) == legal
+
+
+def test_neighbours(tiny):
+    sp = tiny.space
+    base = sp.point_of(sp.baseline)
+    assert sp.neighbours(base, "mbs") == [2]           # adjacent values of a numeric axis
+    assert sorted(sp.neighbours(base, "recompute")) == ["none", "selective"]  # all others of a categorical one
+
+
+def test_describe_and_fingerprint(tiny):
+    sp = tiny.space
+    d = sp.describe()
+    assert set(d["axes"]) == set(sp.axes) and d["fixed"]["seq_len"] == 2048
+    again = SearchSpace(RunConfig.from_dict(tiny.baseline.to_dict()), pins=tiny.pins, restrict=tiny.restrict)
+    assert again.fingerprint == sp.fingerprint
