@@ -1,0 +1,295 @@
+"""Experiments as Ray jobs: ``python -m raytune_primus.jobs EXPERIMENT [--compare] [--results DIR]``.
+
+Submitted with ``ray job submit --working-dir . -- python -m raytune_primus.jobs ...`` it joins the
+cluster it runs in (the job supervisor sets ``RAY_ADDRESS``); run by hand it joins the cluster
+running on this machine, or starts an embedded Ray when there is none (``--address local`` forces
+an embedded one). It then runs ``tune`` (Ray Tune trials on oracle actors) or, with ``--compare``,
+every searcher over several seeds against the exhaustive optimum (searches and the sweep spread over
+the cluster), and writes into the results directory:
+
+=====================  ================================================================================
+``ledger.parquet``     every candidate touched (scored, rejected by the pre-filter, illegal, failed)
+``summary.json``       tune: the winner's config and projection, trials run, rejected, errored, retried;
+                       compare: the issue-4 comparison object
+``best_so_far.png``    tune: best tokens/s/GPU after each trial; compare: ``compare.png``, the curves
+``tune/``              Ray Tune's experiment state (``Tuner.restore`` resumes from it)
+=====================  ================================================================================
+
+The exit status is 0 on success, 1 when every trial errored (Tune reports such a job SUCCEEDED: we do
+not), 2 on bad input (one line per problem, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from oracle.errors import PrimusError
+
+EXIT_OK, EXIT_ALL_ERRORED, EXIT_USAGE = 0, 1, 2
+GIB = 2**30
+
+
+def default_results_dir(experiment_name: str) -> Path:
+    return Path("results") / experiment_name
+
+
+def _json_safe(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_json_safe(v) for v in o]
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    return o
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_json_safe(obj), indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------- the winner
+def winner_projection(exp: Any, training: dict[str, Any] | None, evaluator: Any) -> dict[str, Any] | None:
+    """The winner's full projection as JSON (the oracle's ``Projection.to_dict()`` when available)."""
+    if not training:
+        return None
+    from raytune_primus.trainable import build_run
+
+    run = build_run(exp.space.baseline, training)
+    try:
+        proj = evaluator.score(run)
+    except Exception as exc:  # reported, never fatal: the ledger already holds the number
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if hasattr(proj, "to_dict"):
+        return proj.to_dict()
+    mem = proj.memory
+    return {"mode": getattr(evaluator, "mode", "?"), "tokens_per_s_per_gpu": proj.tokens_per_s_per_gpu,
+            "iteration_time_s": getattr(proj, "iteration_time_s", None), "mfu": getattr(proj, "mfu", None),
+            "memory": {"peak_gib": mem.peak_bytes / GIB, "cap_gib": mem.cap_bytes / GIB,
+                       "fits": mem.peak_bytes <= mem.cap_bytes}}
+
+
+def _evaluator_for(exp: Any, evaluator: Any = None) -> Any:
+    if evaluator is not None:
+        return evaluator
+    from searchers.driver import default_evaluator
+    return default_evaluator(exp.oracle_mode)
+
+
+def _ray_info(how: str) -> dict[str, Any]:
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return {"connection": how, "nodes": len(nodes),
+            "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes),
+            "gpus": sum(n["Resources"].get("GPU", 0) for n in nodes)}
+
+
+# ---------------------------------------------------------------------------------- tune
+def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", searcher: str | None = None,
+                    budget: int | None = None, seed: int | None = None, address: str | None = None,
+                    max_concurrent: int | None = None, max_failures: int = 2, benchmark_gpus: int | None = None,
+                    evaluator: Any = None, fresh: bool = False, progress: bool = True,
+                    timer: Any = None, hook: Any = None) -> dict[str, Any]:
+    """Run one search and write ledger.parquet, summary.json and best_so_far.png; return the summary.
+
+    ``driver='ray'`` runs it as Ray Tune trials (joining ``address``, see
+    :func:`raytune_primus.runtime.init_ray`); ``'inprocess'`` as the plain loop of
+    :func:`searchers.driver.run_search`. An earlier run in ``results_dir`` is resumed (``fresh``
+    deletes it first).
+    """
+    if budget is not None and budget < 1:
+        from oracle.errors import InvalidConfigError
+        raise InvalidConfigError(f"budget={budget} must be a positive integer (trials)")
+    results = Path(results_dir).resolve()
+    if fresh:
+        for p in (results / "ledger.parquet", results / "summary.json", results / "tune", results / "tune_spec.json",
+                  results / "best_so_far.png"):
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+    results.mkdir(parents=True, exist_ok=True)
+    ledger_path = results / "ledger.parquet"
+    ev = _evaluator_for(exp, evaluator)
+    t0 = time.perf_counter()
+    if driver == "inprocess":
+        from searchers.driver import run_search
+        r = run_search(exp, searcher, budget, seed, ledger_path, evaluator=ev)
+        summary: dict[str, Any] = {
+            "driver": "inprocess", "experiment": exp.name, "searcher": r.searcher, "seed": r.seed,
+            "proposer": r.proposer, "budget": r.budget, "oracle_mode": r.oracle_mode,
+            "trials_run": r.trials, "resumed": r.resumed, "rejected": r.prefilter_rejections,
+            "illegal": r.illegal, "failed": r.failed, "errored": 0, "retries": 0,
+            "best_so_far": r.best_so_far,
+            "winner": None if r.best_training is None else {
+                "tokens_per_s_per_gpu": r.best_tokens_per_s_per_gpu, "key": r.best_key,
+                "memory_gib": r.best_memory_gib, "config": r.best_training}}
+    elif driver == "ray":
+        from raytune_primus.runtime import init_ray
+        from raytune_primus.tuner import run_tune
+
+        how = init_ray(address)
+        out = run_tune(exp, results, searcher=searcher, budget=budget, seed=seed, evaluator=ev,
+                       max_concurrent=max_concurrent, max_failures=max_failures, benchmark_gpus=benchmark_gpus,
+                       timer=timer, progress=progress, hook=hook)
+        summary = {"driver": "ray", "ray": _ray_info(how), **out.to_dict()}
+    else:
+        from oracle.errors import InvalidConfigError
+        raise InvalidConfigError(f"driver={driver!r} is not one of ray | inprocess")
+    if summary.get("winner"):
+        summary["winner"]["projection"] = winner_projection(exp, summary["winner"]["config"], ev)
+    summary["ledger"] = str(ledger_path)
+    summary["wall_s"] = time.perf_counter() - t0
+    summary["ok"] = not (summary.get("errored", 0) and summary.get("errored") >= summary.get("tune_trials", 0))
+    try:
+        from raytune_primus.progress import plot_best_so_far
+        plot_best_so_far(summary, results / "best_so_far.png")
+        summary["plots"] = [str(results / "best_so_far.png")]
+    except Exception as exc:  # matplotlib missing or broken: the numbers are still written
+        summary["plots"] = []
+        summary["plot_error"] = f"{type(exc).__name__}: {exc}"
+    summary["summary"] = str(results / "summary.json")
+    write_json(results / "summary.json", summary)
+    return _json_safe(summary)
+
+
+def format_tune_summary(s: dict[str, Any]) -> str:
+    """The tune summary for people: counts, the winner with its projection, where the files are."""
+    lines = [f"experiment {s['experiment']}: searcher {s['searcher']} ({s.get('proposer', '')}), seed {s['seed']}, "
+             f"budget {s['budget']}, driver {s['driver']}, oracle {s.get('oracle_mode', '?')}",
+             f"trials {s['trials_run']} (rejected by the pre-filter {s['rejected']}, failed {s['failed']}), "
+             f"illegal proposals {s['illegal']}, Tune errors {s.get('errored', 0)}, retries {s.get('retries', 0)}"
+             + (f", resumed {s['resumed']}" if s.get("resumed") else "")]
+    w = s.get("winner")
+    if not w:
+        lines.append("no candidate fits in memory: no winner")
+    else:
+        lines.append(f"winner: {w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU  (config {w.get('key', '')})")
+        t = w["config"]
+        lines.append("  " + " ".join(f"{k}={v}" for k, v in t.items() if v is not None))
+        proj = w.get("projection") or {}
+        if "error" in proj:
+            lines.append(f"  projection failed: {proj['error']}")
+        elif proj:
+            mem = proj.get("memory") or {}
+            peak = mem.get("peak_gib", mem["peak_bytes"] / GIB if "peak_bytes" in mem else None)
+            cap = mem.get("cap_gib", mem["cap_bytes"] / GIB if "cap_bytes" in mem else None)
+            extra = []
+            if peak is not None:
+                extra.append(f"memory {peak:,.1f} GiB" + (f" of {cap:,.1f}" if cap is not None else ""))
+            if proj.get("mfu") is not None:
+                extra.append(f"MFU {100 * proj['mfu']:.1f}%")
+            if proj.get("iteration_time_s") is not None:
+                extra.append(f"iteration {proj['iteration_time_s']:.3f} s")
+            if extra:
+                lines.append("  " + "   ".join(extra))
+    lines.append(f"ledger: {s['ledger']}")
+    lines.append(f"summary: {s.get('summary', '')}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- compare
+def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str = "inprocess", budget: int = 30,
+                       seeds: int = 5, searchers: list[str] | None = None, plot: str | Path | None = None,
+                       address: str | None = None, evaluator: Any = None) -> dict[str, Any]:
+    """Compare searchers (issue 4) in-process or spread over Ray; write ledger/summary/plot when asked."""
+    results = Path(results_dir) if results_dir is not None else None
+    ledger = None
+    if results is not None:
+        results.mkdir(parents=True, exist_ok=True)
+        ledger = results / "ledger.parquet"
+        if plot is None:
+            plot = results / "compare.png"
+    ev = _evaluator_for(exp, evaluator)
+    if driver == "inprocess":
+        from searchers.driver import compare
+        summary = compare(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger, plot=plot)
+        summary["driver"] = "inprocess"
+    elif driver == "ray":
+        from raytune_primus.runtime import init_ray
+        from raytune_primus.tuner import compare_on_ray
+        how = init_ray(address)
+        summary = compare_on_ray(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger, plot=plot)
+        summary["driver"] = "ray"
+        summary["ray"] = _ray_info(how)
+    else:
+        from oracle.errors import InvalidConfigError
+        raise InvalidConfigError(f"driver={driver!r} is not one of inprocess | ray")
+    if results is not None:
+        summary["ledger"] = str(ledger)
+        write_json(results / "summary.json", summary)
+    return _json_safe(summary)
+
+
+# ---------------------------------------------------------------------------------- entry point
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m raytune_primus.jobs", description=__doc__.splitlines()[0])
+    p.add_argument("experiment", help="experiment YAML, or the name of a bundled one")
+    p.add_argument("--compare", action="store_true", help="compare searchers instead of running one")
+    p.add_argument("--results", metavar="DIR", help="results directory (default results/EXPERIMENT)")
+    p.add_argument("--address", help="Ray cluster (default: RAY_ADDRESS, else the local cluster, else embedded; "
+                                     "'local' = embedded)")
+    p.add_argument("--budget", type=int, help="trials per search (default: the experiment's; compare: 30)")
+    p.add_argument("--seed", type=int, help="tune: searcher seed")
+    p.add_argument("--searcher", help="tune: searcher name")
+    p.add_argument("--seeds", type=int, default=5, help="compare: seeds per searcher")
+    p.add_argument("--searchers", nargs="+", help="compare: searcher names")
+    p.add_argument("--max-concurrent", type=int, help="tune: concurrent trials")
+    p.add_argument("--max-failures", type=int, default=2, help="tune: retries of a crashed trial")
+    p.add_argument("--benchmark-gpus", type=int, help="tune: GPUs per benchmark-mode trial")
+    p.add_argument("--fresh", action="store_true", help="tune: delete an earlier run in the results directory")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from raytune_primus.runtime import apply_ray_environment
+        from searchers.experiment import load_experiment
+
+        apply_ray_environment()
+        exp = load_experiment(args.experiment)
+        results = Path(args.results) if args.results else default_results_dir(exp.name)
+        if not results.is_absolute() and "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:
+            print(f"note: the results go to {results.resolve()}, inside this job's copy of the working directory; "
+                  f"pass an absolute --results path to keep them", file=sys.stderr)
+        # inside `ray job submit` RAY_ADDRESS names the job's cluster; "auto" could find another one
+        address = args.address if args.address is not None else (os.environ.get("RAY_ADDRESS") or "auto")
+        if args.compare:
+            summary = compare_experiment(exp, results, driver="ray", budget=args.budget or 30, seeds=args.seeds,
+                                         searchers=args.searchers, address=address)
+            from searchers.driver import format_table
+            print(format_table(summary))
+            print(f"ledger: {(results / 'ledger.parquet').resolve()}\nsummary: {(results / 'summary.json').resolve()}")
+            return EXIT_OK
+        summary = tune_experiment(exp, results, driver="ray", searcher=args.searcher, budget=args.budget,
+                                  seed=args.seed, address=address, max_concurrent=args.max_concurrent,
+                                  max_failures=args.max_failures, benchmark_gpus=args.benchmark_gpus,
+                                  fresh=args.fresh, progress=not args.quiet)
+        print(format_tune_summary(summary))
+        if not summary.get("ok", True):
+            print(f"error: all {summary.get('tune_trials', 0)} Tune trials errored (see {results / 'tune'})",
+                  file=sys.stderr)
+            return EXIT_ALL_ERRORED
+        return EXIT_OK
+    except PrimusError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

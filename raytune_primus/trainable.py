@@ -1,0 +1,133 @@
+"""The oracle as a Ray Tune trainable: one trial scores one candidate on a leased oracle actor.
+
+The trial function is tiny: it looks up the experiment's named
+:class:`~raytune_primus.actors.OracleService`, sends it the candidate's training dict, and reports
+the result as flat Tune metrics (:func:`tune_metrics`). The projection runs on a long-lived actor
+(simulate: CPU scorers with ``num_cpus=0``; benchmark: device scorers holding GPUs), so the trial
+process never imports the oracle's heavy parts and every trial reuses the actors' warm caches.
+
+Metrics (every trial reports all of them; :data:`METRIC` is the objective, maximised). The first
+block is :func:`searchers.evaluator.trial_metrics`, shared with the searchers' own Tune code:
+
+============================  =======================================================================
+``tokens_per_s_per_gpu``      projected throughput; 0.0 unless status is 'ok' (so Tune ranks every trial)
+``status`` / ``reason``       'ok' | 'rejected' | 'illegal' | 'failed', and why
+``fits``, ``config_key``      peak <= cap (None when unknown); ``RunConfig.key()`` of the candidate
+``peak_gib`` / ``cap_gib``    peak memory of the worst stage and the cap (None when not projected)
+``iteration_time_s``, ``mfu``
+``memory_gib``, ``legal``     = peak_gib; status != 'illegal'
+``training_json``             the full training section evaluated, as JSON
+``worker_*``, ``leased_at``   node id, pid and GPU ids of the actor that scored it, and when
+============================  =======================================================================
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from oracle.config import RunConfig
+from searchers.base import TrialResult
+
+METRIC = "tokens_per_s_per_gpu"
+MODE = "max"
+
+
+def tune_metrics(out: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat Tune metrics of a scorer's result dict: :func:`searchers.evaluator.trial_metrics` (the
+    vocabulary the searchers' Tune code reads back with ``result_from_metrics``) plus the extras of
+    the module doc."""
+    from searchers.evaluator import trial_metrics
+
+    r = result_from_dict(out)
+    w = out.get("worker") or {}
+    m = trial_metrics(r)
+    m.update({
+        "memory_gib": m["peak_gib"], "legal": r.legal,
+        "training_json": json.dumps(r.training, sort_keys=True, default=str),
+        "worker_node": str(w.get("node_id", "")), "worker_pid": int(w.get("pid", -1)),
+        "worker_gpus": ",".join(w.get("gpu_ids", [])),
+        "leased_at": w.get("leased_at"), "returned_at": w.get("returned_at"),
+    })
+    return m
+
+
+def result_from_metrics(m: Mapping[str, Any], training: Mapping[str, Any] | None = None) -> TrialResult:
+    """The TrialResult behind a (flat) Tune result of :func:`tune_metrics`."""
+    from searchers.evaluator import result_from_metrics as from_metrics
+
+    if training is None and m.get("training_json"):
+        training = json.loads(m["training_json"])
+    return from_metrics(m, key=str(m.get("config_key") or ""), training=training)
+
+
+# ---------------------------------------------------------------------------------- plain dicts
+RESULT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialResult))
+
+
+def result_to_dict(r: TrialResult) -> dict[str, Any]:
+    """A TrialResult as a plain dict (what crosses actors and Tune)."""
+    d = {f: getattr(r, f) for f in RESULT_FIELDS}
+    if d["training"] is not None:
+        d["training"] = dict(d["training"])
+    return d
+
+
+def result_from_dict(d: Mapping[str, Any]) -> TrialResult:
+    """Inverse of :func:`result_to_dict` (extra keys such as 'worker' are ignored)."""
+    return TrialResult(**{f: d[f] for f in RESULT_FIELDS if f in d})
+
+
+def training_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Training values of a Tune config or a candidate: ``config['training']`` if present, else the
+    mapping itself without private keys (those starting with '_')."""
+    if "training" in values and isinstance(values["training"], Mapping):
+        return dict(values["training"])
+    return {k: v for k, v in values.items() if not str(k).startswith("_")}
+
+
+def build_run(baseline: RunConfig, values: Mapping[str, Any]) -> RunConfig:
+    """``baseline`` with the training ``values`` set (the same RunConfig the pre-filter built when
+    ``values`` is its full training section, hence the same ``key()``)."""
+    return dataclasses.replace(baseline, training=baseline.training.replace(**training_of(values)))
+
+
+_SERVICES: dict[str, Any] = {}
+
+
+def _service(name: str) -> Any:
+    import ray
+
+    from raytune_primus.runtime import NAMESPACE
+
+    svc = _SERVICES.get(name)
+    if svc is None:
+        svc = _SERVICES[name] = ray.get_actor(name, namespace=NAMESPACE)
+    return svc
+
+
+def make_trainable(service_name: str, *, hook: Callable[[Mapping[str, Any]], None] | None = None
+                   ) -> Callable[[dict[str, Any]], None]:
+    """The function trainable of an experiment whose OracleService is named ``service_name``.
+
+    ``hook(config)`` runs first in the trial process (fault injection in tests: a hook that kills
+    the process exercises Tune's FailureConfig retries).
+    """
+
+    def primus_trial(config: dict[str, Any]) -> None:
+        import ray
+        from ray import tune
+
+        if hook is not None:
+            hook(config)
+        try:
+            out = ray.get(_service(service_name).score.remote(training_of(config)))
+        except ray.exceptions.RayActorError:
+            _SERVICES.pop(service_name, None)  # a restored experiment has a new service of that name
+            raise
+        tune.report(tune_metrics(out))
+
+    primus_trial.__name__ = "primus_trial"
+    primus_trial.__qualname__ = "primus_trial"
+    return primus_trial

@@ -1,0 +1,168 @@
+"""Faults mid-experiment: a killed driver resumed with Tuner.restore, and a lost node."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.raytune_primus.conftest import SmallCapEvaluator
+
+pytestmark = pytest.mark.ray
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Slow:
+    """Trial hook: every trial takes at least ``s`` seconds (so there is a 'mid-experiment')."""
+
+    def __init__(self, s: float) -> None:
+        self.s = s
+
+    def __call__(self, config) -> None:
+        time.sleep(self.s)
+
+
+def small_experiment():
+    from searchers.experiment import load_experiment
+
+    restrict = {"tp": [1, 2], "pp": [1, 2], "vpp": [1, 2], "ep": [1, 2], "mbs": [1, 2],
+                "pp_schedule": ["1f1b", "interleaved"], "recompute": ["none", "full"], "precision": ["bf16", "fp8"]}
+    pins = {"cp": 1, "fsdp": False, "use_distributed_optimizer": True, "moe_a2a_backend": "alltoall"}
+    return load_experiment("tiny-moe-h100-8").with_changes(name="tiny-small", restrict=restrict, pins=pins)
+
+
+DRIVER = """
+import sys
+import ray
+from raytune_primus.runtime import NAMESPACE
+ray.init(address=sys.argv[1], namespace=NAMESPACE, log_to_driver=False, logging_level="WARNING")
+from raytune_primus.tuner import run_tune
+from tests.raytune_primus.conftest import SmallCapEvaluator
+from tests.raytune_primus.test_faults import Slow, small_experiment
+run_tune(small_experiment(), sys.argv[2], searcher="random", budget=int(sys.argv[3]), seed=5,
+         evaluator=SmallCapEvaluator(), max_concurrent=2, hook=Slow(0.4), progress=True)
+"""
+
+
+def _counted(path: Path) -> list[dict]:
+    from searchers.ledger import read_rows
+    return [r for r in read_rows(path) if r["trial_index"] >= 0] if path.exists() else []
+
+
+def _wait_for_rows(path: Path, n: int, timeout_s: float, proc: subprocess.Popen | None = None) -> list[dict]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            break
+        try:
+            rows = _counted(path)
+        except Exception:  # a reader racing the atomic replace: try again
+            rows = []
+        if len(rows) >= n:
+            return rows
+        time.sleep(0.2)
+    raise AssertionError(f"ledger {path} did not reach {n} trials in {timeout_s} s")
+
+
+def _tune_keys(experiment_path: str) -> list[str]:
+    from ray.tune import ExperimentAnalysis
+    ea = ExperimentAnalysis(experiment_path)
+    return sorted(t.last_result["config_key"] for t in ea.trials if t.status == "TERMINATED")
+
+
+def test_killed_driver_resumes_with_tuner_restore_losing_and_repeating_nothing(cluster, tmp_path):
+    from raytune_primus.runtime import ray_environment
+    from raytune_primus.tuner import run_tune
+
+    budget = 10
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    env = ray_environment()
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    log = open(tmp_path / "driver.log", "w")
+    proc = subprocess.Popen([sys.executable, str(script), cluster.address, str(tmp_path / "res"), str(budget)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        before = _wait_for_rows(tmp_path / "res" / "ledger.parquet", 4, 120, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # our own driver's process group only
+        proc.wait(30)
+        log.close()
+    before = _counted(tmp_path / "res" / "ledger.parquet")
+    assert 4 <= len(before) < budget, (tmp_path / "driver.log").read_text()[-3000:]
+
+    out = run_tune(small_experiment(), tmp_path / "res", searcher="random", budget=budget, seed=5,
+                   evaluator=SmallCapEvaluator(), max_concurrent=2, progress=False)
+    assert out.restored and out.resumed == len(before)
+    print("restore:", len(before), "before the kill;", out.to_dict()["scorers"], "tune trials", out.tune_trials)
+    after = _counted(tmp_path / "res" / "ledger.parquet")
+    assert after[:len(before)] == before, "rows written before the kill are kept as they were"
+    assert sorted(r["trial_index"] for r in after) == list(range(budget)), "nothing lost, nothing counted twice"
+    assert len({r["config_key"] for r in after}) == budget, "no configuration scored twice"
+    # Tune's state and the ledger agree: every scored trial is a finished Tune trial, once
+    assert _tune_keys(out.experiment_path) == sorted(r["config_key"] for r in after if r["status"] != "rejected")
+    # and the resumed run tried what an uninterrupted in-process run tries (random is not adaptive)
+    from searchers.driver import run_search
+    ref = run_search(small_experiment(), "random", budget, 5, tmp_path / "ref.parquet", evaluator=SmallCapEvaluator())
+    assert sorted(r["config_key"] for r in after) == sorted(r["config_key"] for r in _counted(tmp_path / "ref.parquet"))
+    assert out.best_so_far[-1] == ref.best_so_far[-1]
+
+
+class PauseAt:
+    """Trial hook: the ``nth`` trial to start waits until the test has killed a node (files as flags)."""
+
+    def __init__(self, folder: Path, nth: int) -> None:
+        self.folder, self.nth = Path(folder), nth
+
+    def __call__(self, config) -> None:
+        import uuid
+        (self.folder / f"start-{uuid.uuid4().hex}").touch()
+        if len(list(self.folder.glob("start-*"))) == self.nth:
+            (self.folder / "paused").touch()
+            deadline = time.time() + 60
+            while not (self.folder / "killed").exists() and time.time() < deadline:
+                time.sleep(0.05)
+        time.sleep(0.1)
+
+
+def test_a_node_lost_mid_experiment_loses_no_trial(cluster, tmp_path):
+    import ray
+
+    from raytune_primus.tuner import run_tune
+
+    extra = cluster.add_node(num_cpus=1, resources={"doomed": 1})
+    cluster.wait_for_nodes()
+    flags = tmp_path / "flags"
+    flags.mkdir()
+
+    def kill_when_paused() -> None:
+        deadline = time.time() + 120
+        while not (flags / "paused").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        cluster.remove_node(extra, allow_graceful=False)
+        # let Ray declare the node dead first: until then it may still place a retried trial there
+        deadline = time.time() + 60
+        while time.time() < deadline and any(n["NodeID"] == extra.node_id and n["Alive"] for n in ray.nodes()):
+            time.sleep(0.2)
+        (flags / "killed").touch()
+
+    t = threading.Thread(target=kill_when_paused, daemon=True)
+    t.start()
+    nodes = len([n for n in ray.nodes() if n["Alive"]])
+    # no memory rejections (a generous cap): all 10 trials reach the scorers, 8 of them after the loss
+    out = run_tune(small_experiment(), tmp_path, searcher="random", budget=10, seed=7,
+                   evaluator=SmallCapEvaluator(cap_bytes=64 * 2**30), max_concurrent=2, num_scorers=nodes,
+                   hook=PauseAt(flags, 2), progress=False, max_failures=3)
+    t.join(5)
+    assert (flags / "killed").exists()
+    counted = _counted(tmp_path / "ledger.parquet")
+    assert sorted(r["trial_index"] for r in counted) == list(range(10))
+    failed = [r["reason"] for r in counted if r["status"] == "failed"]
+    assert not failed, f"the lost node's work was redone elsewhere: {failed}"
+    assert out.scorers["dropped"] == 1, out.scorers  # its scorer was dropped, the request served by another
+    assert _tune_keys(out.experiment_path) == sorted(r["config_key"] for r in counted if r["status"] != "rejected")

@@ -1,0 +1,78 @@
+"""Bulk scoring over the node pool: placement on every node, batches, results equal to in-process."""
+from __future__ import annotations
+
+import pytest
+
+from tests.raytune_primus.conftest import SmallCapEvaluator
+
+pytestmark = pytest.mark.ray
+
+
+def test_actors_are_placed_on_every_node(cluster, tiny):
+    import ray
+
+    from raytune_primus.pool import ScoringPool
+    from searchers.testing import SyntheticEvaluator
+
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(nodes) >= 3
+    with ScoringPool(SyntheticEvaluator(), tiny.space.baseline, num_actors=len(nodes)) as pool:
+        where = pool.placement()
+    assert {w["node_id"] for w in where} == nodes, "SPREAD puts one actor on each node"
+
+
+def test_batched_scores_equal_in_process_scores(cluster, tiny):
+    from raytune_primus.pool import ScoringPool, chunks, score_in_process
+    from searchers.evaluator import OracleEvaluator
+
+    points = list(tiny.space.iter_points())[::8]  # ~120 points of the real simulate oracle
+    ev = OracleEvaluator("simulate")
+    ref = score_in_process(ev, tiny.space.baseline, points, prefilter=True)
+    with ScoringPool(ev, tiny.space.baseline, num_actors=3, batch_size=25) as pool:
+        got = pool.evaluate(points)
+        assert pool.calls == len(chunks(points, pool.batch_for(len(points)))) >= 6
+        assert sum(w["calls"] for w in pool.placement()) == len(points)
+    assert got == ref
+    assert all(r.status == "ok" for r in got)
+
+
+def test_memory_prefilter_in_bulk_matches_in_process(cluster, tiny):
+    from raytune_primus.pool import ScoringPool
+    from searchers.evaluator import memory_result
+
+    ev = SmallCapEvaluator()
+    points = list(tiny.space.iter_points())
+    with ScoringPool(ev, tiny.space.baseline, num_actors=2, batch_size=400) as pool:
+        verdicts = pool.memory(points)
+    expected = []
+    for p in points:
+        run = tiny.space.run_of(p)
+        expected.append(memory_result(ev, run, run.key()))
+    assert verdicts == expected
+    rejected = sum(v is not None for v in verdicts)
+    assert 0 < rejected < len(points)
+
+
+def test_sweep_optimum_equals_the_in_process_exhaustive_optimum(cluster, small):
+    from raytune_primus.pool import ScoringPool
+    from raytune_primus.tuner import sweep_optimum
+    from searchers.driver import exhaustive_optimum
+
+    ev = SmallCapEvaluator(cap_bytes=1.58 * 2**30)
+    ref = exhaustive_optimum(small.space, ev)
+    with ScoringPool(ev, small.space.baseline, num_actors=3, batch_size=7) as pool:
+        got = sweep_optimum(pool, small.space)
+    keys = ("tokens_per_s_per_gpu", "space_size", "scored", "point", "config")
+    assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_map_runs_functions_on_the_pool_in_order(cluster, tiny):
+    from raytune_primus.pool import ScoringPool
+    from searchers.testing import SyntheticEvaluator
+
+    with ScoringPool(SyntheticEvaluator(), tiny.space.baseline, num_actors=2) as pool:
+        assert pool.map(_square, range(10)) == [x * x for x in range(10)]

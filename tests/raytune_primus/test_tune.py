@@ -1,0 +1,111 @@
+"""The Tune path: same sequence as the in-process driver, budget under concurrency, retries, errors."""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.raytune_primus.conftest import SmallCapEvaluator
+
+pytestmark = pytest.mark.ray
+
+COMPARED = ("trial_index", "status", "config_key", "tokens_per_s_per_gpu", "memory_gib", "cap_gib", "phase",
+            "round", "proposer", "note", "reason", "config")
+
+
+def _rows(path: Path) -> list[dict]:
+    from searchers.ledger import read_rows
+    return [{k: r[k] for k in COMPARED} for r in read_rows(path)]
+
+
+def _counted(path: Path) -> list[dict]:
+    return [r for r in _rows(path) if r["trial_index"] >= 0]
+
+
+class KillOnce:
+    """Trial hook: the ``nth`` trial to start kills its own process, once (picklable, state in files)."""
+
+    def __init__(self, folder: Path, nth: int = 3) -> None:
+        self.folder, self.nth = Path(folder), nth
+
+    def __call__(self, config) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"start-{uuid.uuid4().hex}").touch()
+        started = len(list(self.folder.glob("start-*")))
+        if started == self.nth and not (self.folder / "killed").exists():
+            (self.folder / "killed").touch()
+            os._exit(1)
+
+
+def always_fail(config) -> None:
+    raise RuntimeError("injected trial failure")
+
+
+def test_tune_proposes_scores_and_records_what_the_inprocess_driver_does(cluster, small, tmp_path):
+    from raytune_primus.tuner import run_tune
+    from searchers.driver import run_search
+
+    ev = SmallCapEvaluator()
+    ref = run_search(small, "seed_llm", 14, 0, tmp_path / "inproc.parquet", evaluator=ev)
+    out = run_tune(small, tmp_path / "ray", searcher="seed_llm", budget=14, seed=0, evaluator=ev, progress=False)
+    assert out.trials_run == ref.trials == 14
+    assert out.rejected == ref.prefilter_rejections > 0
+    assert out.best_so_far == ref.best_so_far
+    assert out.winner["tokens_per_s_per_gpu"] == ref.best_tokens_per_s_per_gpu
+    assert _rows(tmp_path / "ray" / "ledger.parquet") == _rows(tmp_path / "inproc.parquet")
+    # pre-filter rejections never became Tune trials; everything else did, once
+    assert out.tune_trials == out.trials_run - out.rejected
+    assert out.errored == 0 and out.retries == 0
+
+
+def test_concurrent_trials_spend_exactly_the_budget_and_agree_with_tune(cluster, small, tmp_path):
+    from ray.tune import ExperimentAnalysis
+
+    from raytune_primus.tuner import run_tune
+
+    out = run_tune(small, tmp_path, searcher="random", budget=10, seed=3, evaluator=SmallCapEvaluator(),
+                   max_concurrent=3, progress=True)
+    counted = _counted(tmp_path / "ledger.parquet")
+    assert len(counted) == out.trials_run == 10
+    assert sorted(r["trial_index"] for r in counted) == list(range(10))
+    assert len({r["config_key"] for r in counted}) == 10, "no configuration scored twice"
+    ea = ExperimentAnalysis(out.experiment_path)
+    tune_keys = sorted(t.last_result["config_key"] for t in ea.trials)
+    ledger_keys = sorted(r["config_key"] for r in counted if r["status"] != "rejected")
+    assert tune_keys == ledger_keys
+    assert out.scorers["max_busy"] <= 3
+    assert out.progress and "rejected by pre-filter" in out.progress[-1]
+    assert out.progress[-1].startswith("[10/10]")
+
+
+def test_a_crashed_trial_is_retried_and_the_retry_recorded(cluster, small, tmp_path):
+    from raytune_primus.tuner import run_tune
+
+    no_rejections = SmallCapEvaluator(cap_bytes=64 * 2**30)  # every trial reaches Tune, so a 2nd one starts
+    out = run_tune(small, tmp_path / "run", searcher="random", budget=4, seed=1, evaluator=no_rejections,
+                   max_failures=2, hook=KillOnce(tmp_path / "marks", nth=2), progress=False)
+    assert (tmp_path / "marks" / "killed").exists()
+    assert out.retries == 1 and out.errored == 0
+    rows = _rows(tmp_path / "run" / "ledger.parquet")
+    retried = [r for r in rows if r["status"] == "retried"]
+    assert len(retried) == 1 and retried[0]["trial_index"] == -1
+    counted = [r for r in rows if r["trial_index"] >= 0]
+    assert len(counted) == 4 and not any(r["status"] == "failed" for r in counted)
+
+
+def test_all_trials_erroring_is_a_failure_not_a_success(cluster, small, tmp_path, monkeypatch):
+    from raytune_primus import jobs
+
+    s = jobs.tune_experiment(small, tmp_path, budget=2, searcher="random", evaluator=SmallCapEvaluator(),
+                             max_failures=0, hook=always_fail, progress=False, address="auto")
+    assert s["ok"] is False
+    assert s["errored"] == s["tune_trials"] >= 1
+    assert s["failed"] == s["tune_trials"]
+    assert s["winner"] is None
+    assert (tmp_path / "summary.json").exists() and (tmp_path / "ledger.parquet").exists()
+    # the job entry point turns that into a non-zero exit status
+    monkeypatch.setattr(jobs, "tune_experiment", lambda *a, **k: s)
+    monkeypatch.setattr("searchers.experiment.load_experiment", lambda name: small)
+    assert jobs.main(["tiny", "--results", str(tmp_path), "--quiet"]) == jobs.EXIT_ALL_ERRORED
