@@ -470,14 +470,12 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
             t0 = time.perf_counter()
             opt = sweep_optimum(pool, exp.space)
             opt["wall_s"] = time.perf_counter() - t0
-            memo = getattr(driver, "_OPTIMA", None)
-            if isinstance(memo, dict):
-                memo[(exp.space.fingerprint, getattr(evaluator, "mode", "?"))] = opt
             pool.map(_search_job, jobs)
         for job, n_old in zip(jobs, copied):
             earlier.extend(Ledger(job[-1]).rows[n_old:])
         earlier.close()
-        return driver.compare(exp, budget, seed_list, names, evaluator=evaluator, ledger_path=final, plot=plot)
+        return driver.compare(exp, budget, seed_list, names, evaluator=evaluator, ledger_path=final, plot=plot,
+                              optimum=opt)
 
 
 def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:

@@ -5,5 +5,5 @@ proposers (``seed_llm``: :mod:`searchers.seed`, :mod:`searchers.crossaxis`, :mod
 and the baselines (``tpe``, ``gp``, ``random``, ``grid``: :mod:`searchers.baselines`); the space
 (:mod:`searchers.space`), memory pre-filter (:mod:`searchers.prefilter`), ledger
 (:mod:`searchers.ledger`), experiment specs (:mod:`searchers.experiment`) and the in-process driver
-(:mod:`searchers.driver`). Only :mod:`searchers.tune_adapter` imports ray. See docs/search.md.
+(:mod:`searchers.driver`). Nothing here imports ray (the Tune adapter is raytune_primus.tuner). See docs/search.md.
 """

@@ -7,7 +7,7 @@ A searcher is an ask/tell object over a :class:`~searchers.space.SearchSpace`:
   memory pre-filter, structurally illegal, or failed.
 
 Searchers never call the oracle themselves; a driver (the in-process loop in
-:mod:`searchers.driver`, or Ray Tune through :mod:`searchers.tune_adapter`) does, behind the memory
+:mod:`searchers.driver`, or Ray Tune through :mod:`raytune_primus.tuner`) does, behind the memory
 pre-filter of :mod:`searchers.prefilter`. Given the same seed and the same observations a searcher
 suggests the same sequence, in this process or a fresh one (the contract suite checks it).
 

@@ -185,7 +185,7 @@ def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int = 
     """
     import json
     mode = getattr(evaluator, "mode", "?")
-    memo_key = (space.fingerprint, mode)
+    memo_key = (space.fingerprint, mode, repr(evaluator))  # evaluators with other caps must not collide
     if memo_key in _OPTIMA:
         return _OPTIMA[memo_key]
     cache_file = None
@@ -248,7 +248,7 @@ def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | 
             searchers: Sequence[str] | None = None, *, evaluator: Evaluator | None = None,
             ledger_path: str | Path | None = None, plot: str | Path | None = None, jobs: int = 1,
             options: dict[str, dict[str, Any]] | None = None,
-            cache_dir: str | Path | None = None) -> dict[str, Any]:
+            cache_dir: str | Path | None = None, optimum: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run every searcher on equal budgets over ``seeds`` and compare them with the exhaustive optimum.
 
     Returns ``{"optimum": {"tokens_per_s_per_gpu", "config"}, "space_size", "searchers": {NAME:
@@ -260,7 +260,8 @@ def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | 
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     names = list(searchers or DEFAULT_SEARCHERS)
     t0 = time.perf_counter()
-    opt = exhaustive_optimum(exp.space, evaluator, jobs=jobs, cache_dir=cache_dir)
+    # ``optimum``: an exhaustive optimum computed elsewhere (e.g. on a Ray scoring pool), same shape
+    opt = optimum if optimum is not None else exhaustive_optimum(exp.space, evaluator, jobs=jobs, cache_dir=cache_dir)
     optimum = opt["tokens_per_s_per_gpu"]
     out: dict[str, Any] = {
         "experiment": exp.name, "oracle_mode": evaluator.mode, "budget": budget, "seeds": seed_list,
