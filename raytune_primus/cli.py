@@ -187,7 +187,8 @@ def _usage(msg: str) -> _UsageError:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="raytune-primus", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="raytune-primus", description="Project memory and throughput of distributed "
+                                "LLM training configurations, and search for the fastest memory-legal one.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
