@@ -61,17 +61,30 @@ class Scorer:
             return None, "", TrialResult(status="failed", reason=f"cannot build the run: {type(exc).__name__}: {exc}")
         return run, run.key(), None
 
-    def score(self, values: Mapping[str, Any], *, prefilter: bool = False) -> dict[str, Any]:
-        """Result dict of one candidate (memory pre-filter first when ``prefilter``)."""
+    def _memory_evaluator(self) -> Any:
+        """What the memory pre-filter asks (the evaluator itself here)."""
+        return self.evaluator
+
+    def _prepare(self, values: Mapping[str, Any], prefilter: bool
+                 ) -> tuple[RunConfig | None, str, dict[str, Any] | None]:
+        """(run, key, early result): the early result is set when the candidate cannot be built or,
+        with ``prefilter``, is over the memory cap; None means it goes on to scoring."""
         self.calls += 1
         run, key, bad = self._run(values)
         if bad is not None:
-            return result_to_dict(bad)
+            return None, key, result_to_dict(bad)
         assert run is not None
         if prefilter:
-            rejected = memory_result(self.evaluator, run, key)
+            rejected = memory_result(self._memory_evaluator(), run, key)
             if rejected is not None:
-                return result_to_dict(rejected)
+                return run, key, result_to_dict(rejected)
+        return run, key, None
+
+    def score(self, values: Mapping[str, Any], *, prefilter: bool = False) -> dict[str, Any]:
+        """Result dict of one candidate (memory pre-filter first when ``prefilter``)."""
+        run, key, done = self._prepare(values, prefilter)
+        if done is not None:
+            return done
         return result_to_dict(score_result(self.evaluator, run, key))
 
     def score_batch(self, batch: Sequence[Mapping[str, Any]], prefilter: bool = False) -> list[dict[str, Any]]:
@@ -80,17 +93,7 @@ class Scorer:
 
     def memory_batch(self, batch: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
         """Pre-filter verdicts of a batch: None where the candidate fits, else its result dict."""
-        out: list[dict[str, Any] | None] = []
-        for v in batch:
-            self.calls += 1
-            run, key, bad = self._run(v)
-            if bad is not None:
-                out.append(result_to_dict(bad))
-                continue
-            assert run is not None
-            r = memory_result(self.evaluator, run, key)
-            out.append(None if r is None else result_to_dict(r))
-        return out
+        return [self._prepare(v, True)[2] for v in batch]
 
     def serve(self, values: Mapping[str, Any], prefilter: bool = False) -> dict[str, Any]:
         """:meth:`score` plus 'worker': where it ran (node, pid, GPU ids), for the trial's metrics."""
@@ -257,16 +260,13 @@ class DeviceScorer(Scorer):
             need = [s for s in need if s not in self.local]
         return self.local
 
+    def _memory_evaluator(self) -> Any:
+        return _Timed(self.timer, {})  # memory needs no timings
+
     def score(self, values: Mapping[str, Any], *, prefilter: bool = False) -> dict[str, Any]:
-        self.calls += 1
-        run, key, bad = self._run(values)
-        if bad is not None:
-            return result_to_dict(bad)
-        assert run is not None
-        if prefilter:
-            rejected = memory_result(_Timed(self.timer, {}), run, key)
-            if rejected is not None:
-                return result_to_dict(rejected)
+        run, key, done = self._prepare(values, prefilter)
+        if done is not None:
+            return done
         try:
             timings = self._timings(run)
         except Exception as exc:  # a device that cannot measure fails the trial, not the search
