@@ -76,8 +76,16 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     return rows
 
 
-def row_to_run(row: dict[str, str]) -> tuple[RunConfig | None, list[str], str | None]:
-    """(run, assumed keys, skip reason) for one CSV row."""
+def _resolve(value: str, base_dir: Path | None) -> str:
+    """A relative ``.yaml``/``.yml`` path (a custom model card or hardware profile) is read relative to
+    the CSV's folder, so a CSV and its cards travel together; bundled names pass through."""
+    if base_dir is None or not value.endswith((".yaml", ".yml")) or Path(value).is_absolute():
+        return value
+    return str(base_dir / value)
+
+
+def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunConfig | None, list[str], str | None]:
+    """(run, assumed keys, skip reason) for one CSV row; ``base_dir`` resolves relative card paths."""
     training: dict[str, Any] = {}
     assumed = []
     for k in TRAINING_KEYS:
@@ -96,7 +104,8 @@ def row_to_run(row: dict[str, str]) -> tuple[RunConfig | None, list[str], str | 
         num_gpus = int(float(ng))
     except ValueError:
         return None, assumed, f"num_gpus={ng!r} is not a number"
-    data = {"model": row["model"].strip(), "cluster": {"hardware": row["hardware"].strip(), "num_gpus": num_gpus},
+    data = {"model": _resolve(row["model"].strip(), base_dir),
+            "cluster": {"hardware": _resolve(row["hardware"].strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
     try:
         run = RunConfig.from_dict(data, where=f"row {row.get('id')}")
@@ -105,7 +114,9 @@ def row_to_run(row: dict[str, str]) -> tuple[RunConfig | None, list[str], str | 
     return run, assumed, None
 
 
-def validate_rows(rows: list[dict[str, str]], project_fn=None) -> list[RowResult]:
+def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | Path | None = None) -> list[RowResult]:
+    """Project every row; ``base_dir`` (the CSV's folder) resolves relative model-card/profile paths."""
+    base = Path(base_dir) if base_dir is not None else None
     if project_fn is None:
         from oracle.projector import project as project_fn
     out = []
@@ -123,7 +134,7 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None) -> list[RowResult
             continue
         quantity = "tokens_per_s_per_gpu" if tps is not None else ("tflops_per_gpu" if tfl is not None else None)
         measured = tps if tps is not None else tfl
-        run, assumed, skip = row_to_run(row)
+        run, assumed, skip = row_to_run(row, base)
         if quantity is None and skip is None:
             skip = "no measured throughput in this row"
         if skip is not None:

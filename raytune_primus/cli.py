@@ -61,7 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from oracle.validate import read_rows, summarize, validate_rows
     from raytune_primus.report import table
 
-    results = validate_rows(read_rows(args.csv))
+    results = validate_rows(read_rows(args.csv), base_dir=Path(args.csv).parent)
     agg = summarize(results)
     if args.plot:
         from raytune_primus.plots import plot_validation
@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     pj.set_defaults(func=cmd_project)
 
     va = sub.add_parser("validate", help="project every row of a measurement CSV and score the errors")
-    va.add_argument("csv")
+    va.add_argument("csv", help="measurement CSV; model/hardware cells may be bundled names or .yaml paths "
+                    "relative to the CSV's folder")
     va.add_argument("--format", default="table", choices=["table", "json"])
     va.add_argument("--plot", metavar="FILE.png")
     va.set_defaults(func=cmd_validate)
