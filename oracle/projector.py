@@ -151,7 +151,8 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     lm = src.layer_model(L, comm)
     pp, vpp = t.pp, t.vpp
     chunks = [[_chunk_costs(run, L, lm, r, c) for c in range(vpp)] for r in range(pp)]
-    split = get_schedule(t.schedule).splits_bw
+    spec = get_schedule(t.schedule)
+    split = spec.splits_bw
     edges, p2p_algo = _p2p_edges(run, L, comm)
     # activation "bytes" in units of a full micro-batch of the rank, so the simulator's peak is the
     # in-flight count the memory model wants (B/W release fractions included)
@@ -163,7 +164,7 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     else:
         b = tuple(tuple(c.b + c.w for c in row) for row in chunks)
         w = tuple(tuple(0.0 for _ in row) for row in chunks)
-    costs = StageCosts(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges))
+    costs = StageCosts(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges), p2p_blocking=spec.blocking_p2p)
     return L, comm, chunks, costs, edges, p2p_algo
 
 
@@ -301,6 +302,9 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         in_flight = list(res.peak_activation_bytes)
         p2p_total = 2 * mb * sum(edges)
     crit = max(range(pp), key=lambda r: busy[r])
+    # blocking sends hold the critical rank: report them as exposed P2P, not as bubble
+    p2p_held = (mb * sum(fs + bs for fs, bs in costs.send_s(get_schedule(t.schedule).layout)[crit])
+                if pp > 1 and costs.p2p_blocking else 0.0)
     memory = project_memory(run, in_flight=in_flight, trees="worst" if memory_tree else "none")
 
     terms, extra_exposed, optimizer_s = _iteration_extras(run, L, comm, chunks, crit)
@@ -316,7 +320,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         terms.append(CommTerm(kind=k, total_s=tot_comm.get(k, 0.0), exposed_s=exp_comm.get(k, 0.0),
                               algorithm=""))
     if pp > 1:
-        terms.append(CommTerm(kind="pp_p2p", total_s=p2p_total, exposed_s=0.0, algorithm=p2p_algo))
+        terms.append(CommTerm(kind="pp_p2p", total_s=p2p_total, exposed_s=p2p_held, algorithm=p2p_algo))
 
     iteration = makespan + extra_exposed + optimizer_s
     tokens = t.gbs * t.seq_len
@@ -326,7 +330,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     peak = hw.peak_flops("fp8" if t.precision == "fp8" else "bf16")
     compute = mb * sum(c.f_compute + c.b_compute + c.w_compute for c in chunks[crit])
     recompute = mb * sum(c.recompute for c in chunks[crit])
-    bubble = max(0.0, makespan - busy[crit])
+    bubble = max(0.0, makespan - busy[crit] - p2p_held)
     breakdown = TimeBreakdown(compute_s=compute, recompute_s=recompute, bubble_s=bubble, optimizer_s=optimizer_s,
                               comm=tuple(terms), sources={"compute": src.tag, "recompute": src.tag,
                                                           "comm": "analytical", "bubble": "analytical",

@@ -7,8 +7,11 @@ Semantics (exact for the given orders; no time stepping):
   ``F(mb, v)`` needs ``F(mb, v-1)`` (+ p2p of boundary v-1);
   ``B(mb, v)`` / ``BW(mb, v)`` needs ``B(mb, v+1)`` (+ p2p of boundary v; the last stage has none) and
   ``F(mb, v)``; ``W(mb, v)`` needs ``B(mb, v)``.
-- Sends are asynchronous: the latency sits on the dependency edge, never on a compute stream. A
-  boundary between two chunks of the same rank (the turn of a V) has zero latency.
+- Sends are asynchronous by default: the latency sits on the dependency edge, never on a compute
+  stream. With ``costs.p2p_blocking`` (a runtime that waits on its send/recv before the next op,
+  Megatron's non-interleaved 1F1B) the sending op holds its rank for the transfer instead and the
+  consumer sees the data at that op's end. A boundary between two chunks of the same rank (the turn
+  of a V) costs nothing either way.
 - Memory depends on the order only: F adds ``act_bytes``; B frees ``b_release_fraction`` of it and W
   the rest; BW frees all of it. The peak is sampled after each F.
 
@@ -258,9 +261,17 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
     pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
     cost_vecs = [list(costs.f_s[r]) + list(costs.b_s[r]) + list(costs.w_s[r])
                  + [b + w for b, w in zip(costs.b_s[r], costs.w_s[r])] for r in range(pp)]
-    cost = [x for vec in cost_vecs for x in vec]
-    lat = list(costs.boundary_p2p_s())
-    lat.append(0.0)  # boundary -1: same rank / no dependency
+    if costs.p2p_blocking:
+        # a send holds the sender for the transfer; the consumer sees the data at the sender's end
+        send = costs.send_s(plan.layout)
+        held = [[send[r][c][0] for c in range(vpp)] + [send[r][c][1] for c in range(vpp)] + [0.0] * vpp
+                + [send[r][c][1] for c in range(vpp)] for r in range(pp)]
+        cost = [x + h for vec, hv in zip(cost_vecs, held) for x, h in zip(vec, hv)]
+        lat = [0.0] * (pp * vpp)
+    else:
+        cost = [x for vec in cost_vecs for x in vec]
+        lat = list(costs.boundary_p2p_s())
+        lat.append(0.0)  # boundary -1: same rank / no dependency
     fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
     free = [0.0] * pp
     n_ops = plan.rank_offsets[-1]

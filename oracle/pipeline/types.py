@@ -105,6 +105,11 @@ class StageCosts:
     """Time to send one activation (or its gradient) across a boundary: a scalar for every boundary, or
     ``pp*vpp - 1`` values where ``p2p_s[v]`` is the boundary v -> v+1 in virtual-stage order (intra- vs
     inter-node links differ). A boundary between two chunks of the same rank (the V turn) costs 0."""
+    p2p_blocking: bool = False
+    """How a send behaves. False: asynchronous, the transfer sits only on the dependency edge (Megatron's
+    interleaved schedule with overlap_p2p_comm). True: the sending op holds its rank's stream for the
+    transfer and the consumer sees the data at that op's end (Megatron's non-interleaved 1F1B waits on
+    its send/recv requests before the next op; the zero-bubble runtimes run sends as schedule nodes)."""
     b_release_fraction: float = 0.5
     """Share of a chunk's activations freed by B in split schedules (the rest is freed by W). The
     input-gradient step drops most saved tensors (attention scores, norms, activations of the
@@ -159,19 +164,35 @@ class StageCosts:
             return (self.p2p_s,) * (self.pp * self.vpp - 1)
         return self.p2p_s
 
+    def send_s(self, layout: Layout) -> tuple[tuple[tuple[float, float], ...], ...]:
+        """``send_s(layout)[r][c] = (F send, B send)``: the wire time of the output of rank r's chunk c
+        (activation forward to the next stage, gradient backward to the previous one); 0 at the ends
+        of the pipeline and across a boundary between two chunks of the same rank (the V turn)."""
+        smap = stage_map(layout, self.pp, self.vpp)
+        lat = self.boundary_p2p_s()
+        n = len(smap)
+        out = [[(0.0, 0.0)] * self.vpp for _ in range(self.pp)]
+        for v, (r, c) in enumerate(smap):
+            fs = lat[v] if v + 1 < n and smap[v + 1][0] != r else 0.0
+            bs = lat[v - 1] if v > 0 and smap[v - 1][0] != r else 0.0
+            out[r][c] = (fs, bs)
+        return tuple(tuple(row) for row in out)
+
     @classmethod
     def uniform(cls, *, pp: int, vpp: int = 1, f_s: float, b_s: float, w_s: float = 0.0,
-                act_bytes: float = 1.0, p2p_s: float = 0.0, b_release_fraction: float = 0.5) -> "StageCosts":
+                act_bytes: float = 1.0, p2p_s: float = 0.0, b_release_fraction: float = 0.5,
+                p2p_blocking: bool = False) -> "StageCosts":
         """Every rank and chunk costs the same (the textbook setting of the closed forms)."""
         def mat(x: float) -> tuple[tuple[float, ...], ...]:
             return tuple((float(x),) * vpp for _ in range(pp))
         return cls(f_s=mat(f_s), b_s=mat(b_s), w_s=mat(w_s), act_bytes=mat(act_bytes), p2p_s=p2p_s,
-                   b_release_fraction=b_release_fraction)
+                   b_release_fraction=b_release_fraction, p2p_blocking=p2p_blocking)
 
     @classmethod
     def from_virtual_stages(cls, *, layout: Layout, pp: int, vpp: int, f_s: Sequence[float],
                             b_s: Sequence[float], w_s: Sequence[float], act_bytes: Sequence[float],
-                            p2p_s: float | Sequence[float] = 0.0, b_release_fraction: float = 0.5) -> "StageCosts":
+                            p2p_s: float | Sequence[float] = 0.0, b_release_fraction: float = 0.5,
+                            p2p_blocking: bool = False) -> "StageCosts":
         """Costs given per virtual stage (forward order), placed on ranks/chunks by ``layout``.
 
         This is the safe way to build V-shape costs: the output layer (last stage) lands on rank 0.
@@ -190,7 +211,7 @@ class StageCosts:
             return tuple(tuple(row) for row in m)
         p2p = p2p_s if isinstance(p2p_s, (int, float)) else tuple(p2p_s)
         return cls(f_s=mat(f_s), b_s=mat(b_s), w_s=mat(w_s), act_bytes=mat(act_bytes), p2p_s=p2p,
-                   b_release_fraction=b_release_fraction)
+                   b_release_fraction=b_release_fraction, p2p_blocking=p2p_blocking)
 
 
 class TimelineEntry(NamedTuple):

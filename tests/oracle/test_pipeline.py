@@ -270,18 +270,18 @@ def test_v_schedules_memory_bounds():
 # ---------------------------------------------------------------- paper Table 6 (Llama2-7B-like, PP=8)
 def llama2_7b_like(vpp: int, layout: str = "interleaved") -> StageCosts:
     """32 layers on PP=8; per layer f = b = w = 1 (f:b:w ~ 1:1:1), one activation unit per layer, and
-    a p2p of 5% of a layer forward (32 MiB at ~50 GB/s against ~5 ms per layer on an MI300X)."""
+    a p2p of 0.13 of a layer forward (32 MiB at ~50 GB/s = 0.67 ms against ~5 ms per layer on an MI300X)."""
     n_stages = 8 * vpp
     per = 32 / n_stages
     ones = [per] * n_stages
     return StageCosts.from_virtual_stages(layout=layout, pp=8, vpp=vpp, f_s=ones, b_s=ones, w_s=ones,
-                                          act_bytes=ones, p2p_s=0.05)
+                                          act_bytes=ones, p2p_s=0.13)
 
 
 def test_table6_ordering():
     """Paper Table 6 (MI300X, Llama2-7B, PP=8): ZeroBubble 1.13x, ZBV 1.12x, Interleaved 1.09x over
-    1F1B; V-half and V-min below 1F1B's memory. The exact simulator reproduces ZB 1.14x and
-    interleaved 1.10x; ZB-V comes out *ahead* of ZB-H1 (1.18x): with F=B=W its bubble is
+    1F1B; V-half and V-min below 1F1B's memory. The exact simulator gives ZB 1.15x and
+    interleaved 1.11x; ZB-V comes out *ahead* of ZB-H1 (1.19x): with F=B=W its bubble is
     (p-1)/(6m) against ZB-H1's (p-1)/(3m) (see the closed-form tests), so the paper's 0.6% gap the
     other way is not a property of the schedules (docs/pipeline.md). We check ZB and ZBV within 5%
     of each other instead of an order."""
@@ -348,3 +348,43 @@ def test_package_never_imports_ray_or_torch():
     code = ("import sys, oracle.pipeline, oracle.pipeline.gantt; "
             "bad = [m for m in ('ray', 'torch') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(P.__file__).rsplit("/oracle/", 1)[0])
+
+
+# ---------------------------------------------------------------- blocking sends
+def test_send_times_skip_the_pipeline_ends_and_the_v_turn():
+    c = StageCosts.uniform(pp=3, vpp=2, f_s=1.0, b_s=1.0, p2p_s=0.25)
+    v = c.send_s("v")  # stages: r0c0, r1c0, r2c0 | r2c1, r1c1, r0c1
+    assert v[0][0] == (0.25, 0.0)      # first stage: sends forward only
+    assert v[2][0] == (0.0, 0.25)      # the V turn (r2c0 -> r2c1) is on the same rank: free
+    assert v[2][1] == (0.25, 0.0)
+    assert v[0][1] == (0.0, 0.25)      # last stage: sends its gradient back only
+    inter = StageCosts.uniform(pp=3, vpp=2, f_s=1.0, b_s=1.0, p2p_s=0.25).send_s("interleaved")
+    assert inter[2][0] == (0.25, 0.25)  # r2c0 -> r0c1 crosses the wire in the interleaved map
+
+
+@pytest.mark.parametrize("name,vpp", [("1f1b", 1), ("interleaved", 2), ("zero_bubble", 1), ("zbv", 2)])
+@pytest.mark.parametrize("m", [4, 8, 13])
+def test_blocking_sends_hold_the_sender(name, vpp, m):
+    import dataclasses
+    pp, d = 4, 0.3
+    layout = P.get_schedule(name).layout
+    asyn = uniform(pp, vpp, f=1.0, b=1.2, w=0.8, p2p=d)
+    block = dataclasses.replace(asyn, p2p_blocking=True)
+    ra, rb = run_schedule(name, pp, vpp, m, asyn), run_schedule(name, pp, vpp, m, block)
+    assert rb.makespan_s >= ra.makespan_s - 1e-9          # holding the sender never helps
+    assert rb.busy_s == ra.busy_s                         # busy stays compute-only; the hold shows as idle
+    send = block.send_s(layout)
+    for r in range(pp):                                   # every op lasts its cost plus its own send
+        for op, s, e in zip(rb.order[r], rb.start_s[r], rb.end_s[r]):
+            cost = {"F": asyn.f_s, "B": asyn.b_s, "W": asyn.w_s}.get(op.kind)
+            base = cost[r][op.chunk] if cost else asyn.b_s[r][op.chunk] + asyn.w_s[r][op.chunk]
+            held = {"F": send[r][op.chunk][0], "W": 0.0}.get(op.kind, send[r][op.chunk][1])
+            assert e - s == pytest.approx(base + held)
+    zero = dataclasses.replace(block, p2p_s=0.0)
+    assert run_schedule(name, pp, vpp, m, zero).makespan_s == pytest.approx(
+        run_schedule(name, pp, vpp, m, dataclasses.replace(asyn, p2p_s=0.0)).makespan_s)
+
+
+def test_1f1b_is_the_blocking_schedule():
+    assert P.get_schedule("1f1b").blocking_p2p
+    assert not any(P.get_schedule(n).blocking_p2p for n in ("interleaved", "zero_bubble", "zbv", "ilp"))

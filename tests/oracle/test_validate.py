@@ -86,13 +86,15 @@ HOLDOUT = Path(__file__).resolve().parents[2] / "benchmarks" / "holdout" / "publ
 
 
 def test_holdout_published_runs_not_fitted_to():
-    """Megatron-LM 2021 Table 1 on A100 (a part with no calibration rows, docs/accuracy.md): the same
-    model, untouched, must hold to the issue's bars on runs it was not fitted to."""
+    """Megatron-LM 2021 Table 1 and LLaMA 65B on A100 (a part with no calibration rows,
+    docs/accuracy.md): the same model, untouched, must hold to the issue's bars on runs it was not
+    fitted to (A/B rows; every row must at least project)."""
     res = validate_rows(read_rows(HOLDOUT), base_dir=HOLDOUT.parent)
-    assert len(res) == 10 and all(r.skipped is None for r in res), [r.skipped for r in res if r.skipped]
-    errs = [abs(r.error) for r in res]
-    assert statistics.median(errs) <= 0.12
-    assert max(errs) <= 0.30, max(res, key=lambda r: abs(r.error)).id
+    assert len(res) >= 11 and all(r.skipped is None for r in res), [r.skipped for r in res if r.skipped]
+    ab = [r for r in res if r.quality in ("A", "B")]
+    errs = [abs(r.error) for r in ab]
+    assert len(ab) >= 10 and statistics.median(errs) <= 0.12
+    assert max(abs(r.error) for r in res) <= 0.30, max(res, key=lambda r: abs(r.error)).id
 
 
 def test_relative_card_paths_resolve_against_the_csv_folder(tmp_path, monkeypatch):

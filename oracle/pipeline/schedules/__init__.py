@@ -51,6 +51,9 @@ class ScheduleSpec:
     """Optional builder that also reports approximate/note per build (the ILP's solver status)."""
     min_microbatches: Callable[[int, int], int] | None = None
     """Smallest accepted num_microbatches as a function of (pp, vpp); None = 1."""
+    blocking_p2p: bool = False
+    """The runtime waits on each send/recv before its next op, so a transfer holds the rank
+    (StageCosts.p2p_blocking); False: sends overlap compute and only delay the consumer."""
 
     def problems(self, pp: int, vpp: int, num_microbatches: int | None = None) -> list[str]:
         """Why (pp, vpp, num_microbatches) cannot run this schedule; empty when it can."""
@@ -93,7 +96,7 @@ SCHEDULES: dict[str, ScheduleSpec] = {}
 
 def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, cost_aware: bool = False,
              approximate: bool = False, summary: str = "", build_detailed: Callable[..., Built] | None = None,
-             min_microbatches: Callable[[int, int], int] | None = None
+             min_microbatches: Callable[[int, int], int] | None = None, blocking_p2p: bool = False
              ) -> Callable[[Callable[..., Order]], Callable[..., Order]]:
     """Decorator registering a builder under ``name``; a duplicate name raises ValueError."""
     def deco(fn: Callable[..., Order]) -> Callable[..., Order]:
@@ -101,7 +104,8 @@ def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, c
             raise ValueError(f"pipeline schedule {name!r} is already registered")
         SCHEDULES[name] = ScheduleSpec(name=name, build=fn, layout=layout, splits_bw=splits_bw, vpp_rule=vpp_rule,
                                        cost_aware=cost_aware, approximate=approximate, summary=summary,
-                                       build_detailed=build_detailed, min_microbatches=min_microbatches)
+                                       build_detailed=build_detailed, min_microbatches=min_microbatches,
+                                       blocking_p2p=blocking_p2p)
         return fn
     return deco
 
