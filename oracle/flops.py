@@ -15,21 +15,14 @@ from oracle.model_card import ModelCard
 
 
 def gemm_params_per_token(card: ModelCard, kind: str) -> float:
-    """Weights a token multiplies through in one layer (norms, router bias excluded)."""
-    h = card.hidden_size
-    if card.attention == "mla":
-        rope = card.qk_rope_head_dim or 0
-        q = (h * card.q_lora_rank + card.q_lora_rank * card.q_width) if card.q_lora_rank else h * card.q_width
-        attn = q + h * (card.kv_lora_rank + rope) + card.kv_lora_rank * card.kv_width + card.attn_out_width * h
-    else:
-        attn = h * (card.q_width + 2 * card.kv_heads * card.head_size) + card.attn_out_width * h
-    up = 2 if card.gated else 1
+    """Weights a token multiplies through in one layer (norms, biases excluded; the router counts)."""
+    attn = card.attention_gemm_params()
     if kind == "moe":
-        mlp = card.moe_topk * (up + 1) * h * card.expert_ffn + h * card.num_experts
+        mlp = card.moe_topk * card.mlp_gemm_params(card.expert_ffn) + card.hidden_size * card.num_experts
         if card.num_shared_experts:
-            mlp += (up + 1) * h * card.shared_ffn
+            mlp += card.mlp_gemm_params(card.shared_ffn)
     else:
-        mlp = (up + 1) * h * (card.ffn_hidden_size or 0)
+        mlp = card.mlp_gemm_params(card.ffn_hidden_size or 0)
     return float(attn + mlp)
 
 

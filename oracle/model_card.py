@@ -179,22 +179,32 @@ class ModelCard:
     def norm_params(self, width: int) -> int:
         return width * (2 if self.norm == "layernorm" else 1)
 
+    def attention_gemm_params(self) -> int:
+        """Weights of the attention block's GEMMs only (Q or its LoRA pair, K/V or MLA's down/up
+        projections, output): what a token multiplies through, without norms or biases."""
+        h = self.hidden_size
+        if self.attention == "mla":
+            rope = self.qk_rope_head_dim or 0
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.q_width) if self.q_lora_rank else h * self.q_width
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * self.kv_width  # type: ignore[operator]
+            return q + kv + self.attn_out_width * h
+        return h * (self.q_width + 2 * self.kv_heads * self.head_size) + self.attn_out_width * h
+
+    def mlp_gemm_params(self, ffn: int) -> int:
+        """Weights of one MLP's GEMMs (up, gate when gated, down) of intermediate size ``ffn``."""
+        return ((2 if self.gated else 1) + 1) * self.hidden_size * ffn
+
     def attention_params(self) -> int:
         """Attention block weights incl. its input norm (and qk norms), excluding nothing else."""
         h = self.hidden_size
         b = self.linear_bias
         if self.attention == "mla":
-            a, rope = self.num_attention_heads, self.qk_rope_head_dim or 0
+            norms = self.norm_params(self.kv_lora_rank) + self.norm_params(h)  # type: ignore[arg-type]
             if self.q_lora_rank:
-                q = h * self.q_lora_rank + self.norm_params(self.q_lora_rank) + self.q_lora_rank * self.q_width
-            else:
-                q = h * self.q_width
-            kv_down = h * (self.kv_lora_rank + rope)  # type: ignore[operator]
-            kv_up = self.kv_lora_rank * self.kv_width + self.norm_params(self.kv_lora_rank)  # type: ignore[operator]
-            out = a * self.v_head_dim * h  # type: ignore[operator]
-            return q + kv_down + kv_up + out + self.norm_params(h)
+                norms += self.norm_params(self.q_lora_rank)
+            return self.attention_gemm_params() + norms
         qkv_out = self.q_width + 2 * self.kv_heads * self.head_size
-        p = h * qkv_out + self.attn_out_width * h + self.norm_params(h)
+        p = self.attention_gemm_params() + self.norm_params(h)
         if b or self.qkv_bias:
             p += qkv_out
         if b:
@@ -207,11 +217,9 @@ class ModelCard:
 
     def mlp_params(self, ffn: int) -> int:
         """One MLP (dense or a single expert) of intermediate size ``ffn``, without its norm."""
-        h = self.hidden_size
-        up = (2 if self.gated else 1) * h * ffn
-        p = up + ffn * h
+        p = self.mlp_gemm_params(ffn)
         if self.linear_bias:
-            p += (2 if self.gated else 1) * ffn + h
+            p += (2 if self.gated else 1) * ffn + self.hidden_size
         return p
 
     def router_params(self) -> int:
