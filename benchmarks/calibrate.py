@@ -26,7 +26,6 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oracle.config import Cluster  # noqa: E402
 from oracle.hardware import load_hardware  # noqa: E402
 from oracle.projector import project  # noqa: E402
 from oracle.validate import read_rows, row_to_run  # noqa: E402
@@ -35,7 +34,7 @@ from oracle.validate import read_rows, row_to_run  # noqa: E402
 def _with_eff(run, **eff):
     hw = run.cluster.hardware
     hw2 = dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **eff))
-    return dataclasses.replace(run, cluster=Cluster(hardware=hw2, num_gpus=run.cluster.num_gpus))
+    return dataclasses.replace(run, cluster=dataclasses.replace(run.cluster, hardware=hw2))
 
 
 def _measured(row):

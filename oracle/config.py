@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from oracle.errors import InvalidConfigError, PrimusError
-from oracle.hardware import HardwareProfile, load_hardware
+from oracle.hardware import DEFAULT_MEMORY_MARGIN, HardwareProfile, load_hardware
 from oracle.model_card import ModelCard, load_model
 from oracle.schema import from_dict, to_dict, unknown_key_problems
 from oracle.yamlio import load_mapping
@@ -126,10 +126,19 @@ class Cluster:
     """The part and its network."""
     num_gpus: int
     """Total GPUs in the job."""
+    memory_margin: float = DEFAULT_MEMORY_MARGIN
+    """Share of the allocatable HBM (capacity minus the runtime reserve) held back for allocator
+    fragmentation and projection error: ``fits`` means peak <= (HBM - reserve) x (1 - margin).
+    0.10 is the paper's pre-filter (App. C.3); AMD's projection CLI defaults to 0.05."""
 
     @property
     def num_nodes(self) -> float:
         return self.num_gpus / self.hardware.gpus_per_node
+
+    @property
+    def memory_cap_bytes(self) -> float:
+        """The ``fits`` threshold per GPU (see ``memory_margin``)."""
+        return self.hardware.memory_cap_bytes(self.memory_margin)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +178,12 @@ class RunConfig:
         if not isinstance(cl, dict):
             raise InvalidConfigError(f"{where}.cluster must be a mapping with hardware and num_gpus "
                                      f"(or num_nodes), got {type(cl).__name__}: {cl!r}")
-        problems += unknown_key_problems(cl, ["hardware", "num_gpus", "num_nodes"], f"{where}.cluster")
+        problems += unknown_key_problems(cl, ["hardware", "num_gpus", "num_nodes", "memory_margin"], f"{where}.cluster")
+        margin = cl.get("memory_margin", DEFAULT_MEMORY_MARGIN)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < 1.0:
+            problems.append(f"{where}.cluster.memory_margin={margin!r} must be a number in [0, 1) "
+                            f"(the share of allocatable HBM held back; default {DEFAULT_MEMORY_MARGIN})")
+            margin = DEFAULT_MEMORY_MARGIN
         if "hardware" not in cl:
             problems.append(f"{where}.cluster: missing required key 'hardware'")
         if ("num_gpus" in cl) == ("num_nodes" in cl):
@@ -203,7 +217,8 @@ class RunConfig:
                 num_gpus = v if key == "num_gpus" else v * hw.gpus_per_node
         if problems:
             raise InvalidConfigError(problems)
-        run = cls(model=model, cluster=Cluster(hardware=hw, num_gpus=num_gpus),  # type: ignore[arg-type]
+        run = cls(model=model, cluster=Cluster(hardware=hw, num_gpus=num_gpus,  # type: ignore[arg-type]
+                                               memory_margin=float(margin)),
                   training=training, model_ref=model_ref, hardware_ref=cl["hardware"])  # type: ignore[arg-type]
         if check:
             run.check()
@@ -226,10 +241,11 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain mapping that ``from_dict`` round-trips (model/hardware by reference)."""
         t = to_dict(self.training)
-        return {"model": self.model_ref or self.model.name,
-                "cluster": {"hardware": self.hardware_ref or self.cluster.hardware.name,
-                            "num_gpus": self.cluster.num_gpus},
-                "training": t}
+        cluster: dict[str, Any] = {"hardware": self.hardware_ref or self.cluster.hardware.name,
+                                   "num_gpus": self.cluster.num_gpus}
+        if self.cluster.memory_margin != DEFAULT_MEMORY_MARGIN:  # keeps keys of default runs unchanged
+            cluster["memory_margin"] = self.cluster.memory_margin
+        return {"model": self.model_ref or self.model.name, "cluster": cluster, "training": t}
 
     def key(self) -> str:
         """Stable short name of this configuration (for ledgers and trial names)."""

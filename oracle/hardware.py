@@ -32,6 +32,9 @@ GB = 1e9
 TFLOPS = 1e12
 US = 1e-6
 
+DEFAULT_MEMORY_MARGIN = 0.10
+"""Share of allocatable HBM held back by default (paper App. C.3 pre-filter: cap = (HBM - reserve) x 0.9)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Efficiency:
@@ -129,10 +132,9 @@ class HardwareProfile:
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops_per_s
 
-    @property
-    def memory_cap_bytes(self) -> float:
-        """Usable memory cap = (HBM - runtime reserve) x 0.9 (paper App. C.3)."""
-        return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * 0.9
+    def memory_cap_bytes(self, margin: float = DEFAULT_MEMORY_MARGIN) -> float:
+        """Usable memory cap = (HBM - runtime reserve) x (1 - margin) (paper App. C.3: margin 0.10)."""
+        return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * (1.0 - margin)
 
 
 _TOP = ["name", "vendor", "arch", "description", "compute", "memory", "network", "efficiency", "sources"]

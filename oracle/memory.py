@@ -3,7 +3,7 @@ optimizer state, saved activations x in-flight micro-batches, and transient buff
 
 The per-module shapes live in :mod:`oracle.activations`; this module assigns them to pipeline ranks,
 applies the byte costs and sharding, and the schedule's in-flight micro-batch count. The worst rank
-decides ``fits`` against ``HardwareProfile.memory_cap_bytes``. See docs/memory.md for the derivations.
+decides ``fits`` against ``Cluster.memory_cap_bytes`` (HBM - reserve, less ``cluster.memory_margin``). See docs/memory.md for the derivations.
 """
 from __future__ import annotations
 
@@ -243,7 +243,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         worst = max(stages, key=lambda x: x.total_bytes).rank
         stages = [_with_tree(st, run, assumptions) if trees == "all" or st.rank == worst else st for st in stages]
     hw = run.cluster.hardware
-    return MemoryBreakdown(stages=tuple(stages), cap_bytes=hw.memory_cap_bytes,
+    return MemoryBreakdown(stages=tuple(stages), cap_bytes=run.cluster.memory_cap_bytes,
                            runtime_reserved_bytes=hw.runtime_reserved_bytes, hbm_bytes=hw.hbm_capacity_bytes)
 
 

@@ -129,7 +129,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             "peak_tflops": {k: v / 1e12 for k, v in h.peak_flops_per_s.items()},
             "num_compute_units": h.num_compute_units, "hbm_capacity_gib": h.hbm_capacity_bytes / 2**30,
             "hbm_bandwidth_gb_per_s": h.hbm_bandwidth_bytes_per_s / 1e9,
-            "runtime_reserved_gib": h.runtime_reserved_bytes / 2**30, "memory_cap_gib": h.memory_cap_bytes / 2**30,
+            "runtime_reserved_gib": h.runtime_reserved_bytes / 2**30, "memory_cap_gib": h.memory_cap_bytes() / 2**30,
             "gpus_per_node": h.gpus_per_node, "scale_up_domain_size": h.scale_up_domain_size,
             "scale_up_gb_per_s": h.scale_up_bandwidth_bytes_per_s / 1e9,
             "scale_out_gb_per_s": h.scale_out_bandwidth_bytes_per_s / 1e9,

@@ -42,10 +42,11 @@ def projection_table(p: Projection) -> str:
              "training: " + " ".join(f"{k}={v}" for k, v in t.items() if v is not None), ""]
     m = p.memory
     w = m.worst
+    keep = m.cap_bytes / (m.hbm_bytes - m.runtime_reserved_bytes)  # 1 - cluster.memory_margin
     lines.append(f"memory per GPU (worst stage = pipeline rank {w.rank}):  "
                  f"{'FITS' if m.fits else 'DOES NOT FIT'}  peak {m.peak_bytes / GIB:,.2f} GiB  "
                  f"cap {m.cap_bytes / GIB:,.2f} GiB  (HBM {m.hbm_bytes / GIB:,.1f} - reserve "
-                 f"{m.runtime_reserved_bytes / GIB:,.1f}) x 0.9")
+                 f"{m.runtime_reserved_bytes / GIB:,.1f}) x {keep:.3g}")
     rows = [["parameters", w.params_bytes / GIB], ["gradients", w.grads_bytes / GIB],
             ["optimizer state", w.optimizer_bytes / GIB],
             [f"activations ({w.in_flight_microbatches:g} micro-batches in flight)", w.activations_bytes / GIB],

@@ -172,3 +172,25 @@ def test_recompute_num_layers_counts_per_stage():
     L = Layout(run)
     assert [L.recomputed_layers(0, c) for c in range(2)] == [13, 12]
     assert problems_of(pp=2, recompute="full", recompute_num_layers=41)
+
+
+def test_memory_margin_sets_the_fits_threshold():
+    from oracle.projector import project
+    d = json.loads(json.dumps(BASE))
+    base = RunConfig.from_dict(d)
+    assert base.cluster.memory_margin == 0.10 and "memory_margin" not in base.to_dict()["cluster"]
+    d["cluster"]["memory_margin"] = 0.0
+    loose = RunConfig.from_dict(d)
+    assert RunConfig.from_dict(loose.to_dict()).cluster.memory_margin == 0.0  # round-trips
+    assert loose.key() != base.key()
+    hw = base.cluster.hardware
+    allocatable = hw.hbm_capacity_bytes - hw.runtime_reserved_bytes
+    assert base.cluster.memory_cap_bytes == pytest.approx(0.9 * allocatable)
+    assert loose.cluster.memory_cap_bytes == pytest.approx(allocatable)
+    pb, pl = project(base, "simulate"), project(loose, "simulate")
+    assert pb.memory.peak_bytes == pl.memory.peak_bytes  # only the threshold moves
+    assert pl.memory.cap_bytes == pytest.approx(allocatable)
+    for bad in (1.0, -0.1, "tight", True):
+        d["cluster"]["memory_margin"] = bad
+        with pytest.raises(InvalidConfigError, match=r"memory_margin=.*must be a number in \[0, 1\)"):
+            RunConfig.from_dict(d)

@@ -84,7 +84,8 @@ def test_memory_cap_is_hbm_minus_reserve_times_0_9(name):
     hw = load_hardware(name)
     mem = _raw(name)["memory"]
     expected = (mem["hbm_capacity_gib"] - mem["runtime_reserved_gib"]) * GIB * 0.9
-    assert hw.memory_cap_bytes == pytest.approx(expected)
+    assert hw.memory_cap_bytes() == pytest.approx(expected)
+    assert hw.memory_cap_bytes(0.05) == pytest.approx(expected / 0.9 * 0.95)
     assert hw.hbm_capacity_bytes == pytest.approx(mem["hbm_capacity_gib"] * GIB)
     assert hw.hbm_bandwidth_bytes_per_s == pytest.approx(mem["hbm_bandwidth_gb_per_s"] * GB)
 
