@@ -56,7 +56,7 @@ def quantized(costs: StageCosts, steps: int = 32) -> StageCosts:
         return tuple(tuple(round(x / q) * q for x in row) for row in m)
     p2p = costs.p2p_s if isinstance(costs.p2p_s, float) else tuple(round(x / q) * q for x in costs.p2p_s)
     return StageCosts(f_s=rnd(costs.f_s), b_s=rnd(costs.b_s), w_s=rnd(costs.w_s), act_bytes=costs.act_bytes,
-                      p2p_s=p2p, b_release_fraction=costs.b_release_fraction)
+                      p2p_s=p2p, b_release_fraction=costs.b_release_fraction, p2p_blocking=costs.p2p_blocking)
 
 
 def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: StageCosts, *,

@@ -109,7 +109,7 @@ class StageCosts:
     """How a send behaves. False: asynchronous, the transfer sits only on the dependency edge (Megatron's
     interleaved schedule with overlap_p2p_comm). True: the sending op holds its rank's stream for the
     transfer and the consumer sees the data at that op's end (Megatron's non-interleaved 1F1B waits on
-    its send/recv requests before the next op; the zero-bubble runtimes run sends as schedule nodes)."""
+    its send/recv requests before the next op)."""
     b_release_fraction: float = 0.5
     """Share of a chunk's activations freed by B in split schedules (the rest is freed by W). The
     input-gradient step drops most saved tensors (attention scores, norms, activations of the

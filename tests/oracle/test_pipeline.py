@@ -388,3 +388,17 @@ def test_blocking_sends_hold_the_sender(name, vpp, m):
 def test_1f1b_is_the_blocking_schedule():
     assert P.get_schedule("1f1b").blocking_p2p
     assert not any(P.get_schedule(n).blocking_p2p for n in ("interleaved", "zero_bubble", "zbv", "ilp"))
+
+
+def test_quantized_plan_costs_keep_everything_but_the_rounding():
+    import dataclasses
+    c = dataclasses.replace(StageCosts(f_s=((1.03,), (0.97,)), b_s=((2.01,), (1.99,)), w_s=((0.5,), (0.51,)),
+                                       act_bytes=((3.0,), (2.0,)), p2p_s=(0.013,), b_release_fraction=0.3),
+                            p2p_blocking=True)
+    q = P.quantized(c)
+    assert q.p2p_blocking and q.b_release_fraction == 0.3 and q.act_bytes == c.act_bytes
+    step = 2.01 / 32  # the top cost over the default resolution (steps=32)
+    for a, b in ((c.f_s, q.f_s), (c.b_s, q.b_s), (c.w_s, q.w_s)):
+        for ra, rb in zip(a, b):
+            assert all(abs(x - y) <= step / 2 + 1e-12 for x, y in zip(ra, rb))
+    assert P.quantized(c) == q  # equal costs plan once (the cache key)
