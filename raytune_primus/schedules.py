@@ -48,7 +48,8 @@ def compare_schedules_table(run: RunConfig) -> tuple[list[dict[str, Any]], str]:
                      "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "tflops_per_gpu": p.tflops_per_gpu,
                      "mfu": p.mfu, "iteration_time_s": p.iteration_time_s,
                      "bubble_fraction": b.bubble_s / p.iteration_time_s,
-                     "peak_gib": p.memory.peak_bytes / 2**30, "fits": p.fits})
+                     "peak_gib": p.memory.peak_bytes / 2**30, "fits": p.fits,
+                     "approximate": bool(p.details.get("schedule_approximate"))})
     base = next((r for r in rows if r["schedule"] == "1f1b" and "error" not in r), None)
     lines = []
     for r in rows:
@@ -58,8 +59,10 @@ def compare_schedules_table(run: RunConfig) -> tuple[list[dict[str, Any]], str]:
         sp = r["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] if base else None
         lines.append([r["schedule"], str(r["vpp"]), f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:,.1f}",
                       f"{100 * r['mfu']:.1f}%", f"{100 * r['bubble_fraction']:.1f}%", f"{r['peak_gib']:,.2f}",
-                      f"{sp:.2f}x" if sp else "-", "" if r["fits"] else "does not fit"])
-    text = table(lines, ["schedule", "vpp", "tok/s/GPU", "TFLOP/s", "MFU", "bubble", "peak GiB", "vs 1F1B", ""],
+                      f"{sp:.2f}x" if sp else "-",
+                      ", ".join(n for n, on in (("does not fit", not r["fits"]),
+                                                ("approximate construction", r["approximate"])) if on)])
+    text = table(lines, ["schedule", "vpp", "tok/s/GPU", "TFLOP/s", "MFU", "bubble", "peak GiB", "vs 1F1B", "notes"],
                  "lrrrrrrrl")
     return rows, "pipeline schedules (every applicable one, full projection each):\n" + text
 
