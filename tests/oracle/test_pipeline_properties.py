@@ -42,9 +42,25 @@ def case_st(draw, names=tuple(SCHEDULES)):
 
 def reference_times(order, pp, vpp, layout, m, costs):
     """Naive fixpoint of the semantics (independent of the simulator's tables): start = max(previous
-    op on the rank, every dependency's end + p2p), iterated until nothing moves."""
+    op on the rank, every dependency's end + p2p), iterated until nothing moves. With blocking sends
+    an F (B) lasts its cost plus the send to the next (previous) stage when that is another rank, and
+    the dependency edges carry no latency."""
     smap = stage_map(layout, pp, vpp)
     lat = costs.boundary_p2p_s()
+    blocking = costs.p2p_blocking
+    send = costs.boundary_p2p_s()
+    n = pp * vpp
+
+    def held(kind, v, r):
+        if not blocking:
+            return 0.0
+        if kind == "F" and v + 1 < n and smap[v + 1][0] != r:
+            return send[v]
+        if kind in ("B", "BW") and v > 0 and smap[v - 1][0] != r:
+            return send[v - 1]
+        return 0.0
+    if blocking:
+        lat = (0.0,) * len(lat)
     dur = {"F": costs.f_s, "B": costs.b_s, "W": costs.w_s}
     end: dict[tuple[str, int, int], float] = {}
     start = {}
@@ -67,6 +83,7 @@ def reference_times(order, pp, vpp, layout, m, costs):
                 if s == float("inf"):
                     break
                 d = (costs.b_s[r][op.chunk] + costs.w_s[r][op.chunk]) if op.kind == "BW" else dur[op.kind][r][op.chunk]
+                d += held(op.kind, v, r)
                 key = ("B" if op.kind == "BW" else op.kind, op.mb, v)
                 if start.get((r, op)) != s:
                     changed = True
@@ -185,3 +202,22 @@ def test_v_schedules_respect_their_memory_caps(case):
         for r in range(pp):
             cap = max(frac * pp * one_stage[r], one_stage[r])
             assert res.peak_activation_bytes[r] <= cap * (1 + 1e-9)
+
+
+@SETTINGS
+@given(case_st())
+def test_blocking_sends_match_reference_and_never_help(case):
+    """Blocking sends (Megatron 1F1B semantics) on any schedule: the simulator equals the naive
+    fixpoint, and holding the sender never shortens the makespan of the same order."""
+    import dataclasses
+    name, pp, vpp, m, costs = case
+    order = build_order(name, pp, vpp, m, costs)
+    layout = SCHEDULES[name].layout
+    block = dataclasses.replace(costs, p2p_blocking=True)
+    res = simulate(order, pp, vpp, layout, m, block)
+    ref = reference_times([list(o) for o in res.order], pp, vpp, layout, m, block)
+    for r, ops in enumerate(res.order):
+        for op, s in zip(ops, res.start_s[r]):
+            assert s == pytest.approx(ref[(r, op)], rel=1e-9, abs=1e-9)
+    assert res.makespan_s >= simulate(order, pp, vpp, layout, m, costs).makespan_s - 1e-9
+    assert res.busy_s == simulate(order, pp, vpp, layout, m, costs).busy_s
