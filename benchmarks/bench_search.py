@@ -28,19 +28,18 @@ class TimedEvaluator:
     def __init__(self, inner):
         self.inner, self.mode, self.oracle_s = inner, inner.mode, 0.0
 
-    def memory(self, run):
+    def _timed(self, call, run):
         t = time.perf_counter()
         try:
-            return self.inner.memory(run)
+            return call(run)
         finally:
             self.oracle_s += time.perf_counter() - t
 
+    def memory(self, run):
+        return self._timed(self.inner.memory, run)
+
     def score(self, run):
-        t = time.perf_counter()
-        try:
-            return self.inner.score(run)
-        finally:
-            self.oracle_s += time.perf_counter() - t
+        return self._timed(self.inner.score, run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Pipeline schedules + simulator: closed forms, memory, edge cases, the paper's Table 6 ordering."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections import Counter
@@ -365,7 +366,6 @@ def test_send_times_skip_the_pipeline_ends_and_the_v_turn():
 @pytest.mark.parametrize("name,vpp", [("1f1b", 1), ("interleaved", 2), ("zero_bubble", 1), ("zbv", 2)])
 @pytest.mark.parametrize("m", [4, 8, 13])
 def test_blocking_sends_hold_the_sender(name, vpp, m):
-    import dataclasses
     pp, d = 4, 0.3
     layout = P.get_schedule(name).layout
     asyn = uniform(pp, vpp, f=1.0, b=1.2, w=0.8, p2p=d)
@@ -391,7 +391,6 @@ def test_1f1b_is_the_blocking_schedule():
 
 
 def test_quantized_plan_costs_keep_everything_but_the_rounding():
-    import dataclasses
     c = dataclasses.replace(StageCosts(f_s=((1.03,), (0.97,)), b_s=((2.01,), (1.99,)), w_s=((0.5,), (0.51,)),
                                        act_bytes=((3.0,), (2.0,)), p2p_s=(0.013,), b_release_fraction=0.3),
                             p2p_blocking=True)

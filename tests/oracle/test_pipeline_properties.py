@@ -1,6 +1,7 @@
 """Hypothesis properties of the pipeline simulator and schedules (random heterogeneous costs)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -209,7 +210,6 @@ def test_v_schedules_respect_their_memory_caps(case):
 def test_blocking_sends_match_reference_and_never_help(case):
     """Blocking sends (Megatron 1F1B semantics) on any schedule: the simulator equals the naive
     fixpoint, and holding the sender never shortens the makespan of the same order."""
-    import dataclasses
     name, pp, vpp, m, costs = case
     order = build_order(name, pp, vpp, m, costs)
     layout = SCHEDULES[name].layout
