@@ -11,6 +11,12 @@ Profiles are fitted in FAMILIES (parts that share a software stack and kernel li
 Least squares on log(projected/measured) over ALL the family's rows of the requested quality;
 nothing is fitted per row, and a field no row exercises is left alone. The script prints the fitted values, the rows and their errors before/after: paste the values
 into the profile YAML with a source line naming this script, the CSV and the row ids (docs/calibration.md).
+
+`--contrasts` also fits the MoE dispatcher sync stall (``efficiency.moe_sync_stall_s``) of a family on
+BATCH CONTRASTS: pairs of rows of one group (one sweep) whose configurations differ only in mbs/gbs.
+Their measured ratio isolates what a micro-batch costs besides its tokens, and it does not depend on
+the sweep's unpublished fixed settings (they cancel), so rows of any quality serve. The stall and the
+family's GEMM multiplier are fitted alternately (contrasts, then absolute A/B rows) to a fixed point.
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracle.hardware import load_hardware  # noqa: E402
 from oracle.projector import project  # noqa: E402
-from oracle.validate import read_rows, row_to_run  # noqa: E402
+from oracle.validate import batch_contrasts as _batch_contrasts  # noqa: E402
+from oracle.validate import read_rows, row_to_run, validate_rows  # noqa: E402
 
 
 def _with_eff(run, **eff):
@@ -57,12 +64,14 @@ def family_of(profile: str) -> str:
     return profile
 
 
-def fit_family(family: str, rows: list[dict], *, quiet: bool = False) -> dict:
+def fit_family(family: str, rows: list[dict], *, quiet: bool = False, adjust=None) -> dict:
     runs = []
     for row in rows:
         run, assumed, skip = row_to_run(row)
         if skip:
             continue
+        if adjust is not None:
+            run = adjust(run)
         if assumed and not project(run).fits:
             # the configuration as published + defaults does not fit in memory, so it is not what ran
             # (e.g. an unstated recompute); its throughput would teach the fit the wrong thing
@@ -112,6 +121,91 @@ def fit_family(family: str, rows: list[dict], *, quiet: bool = False) -> dict:
             "rows": [r[0] for r in runs], "before": before, "after": after}
 
 
+def batch_contrasts(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """The CSV's batch contrasts (oracle.validate.batch_contrasts) between MoE rows that both fit in
+    memory as published (else they are not what ran), as (larger-mbs row, smaller-mbs row)."""
+    by_id = {r["id"]: r for r in rows}
+    out = []
+    for c in _batch_contrasts(validate_rows(rows)):
+        a, b = by_id[c["a"]], by_id[c["b"]]
+        if c["fits"] and row_to_run(a)[0].model.is_moe:
+            out.append((a, b))
+    return out
+
+
+def fit_stall(pairs: list[tuple[dict, dict]], adjust=None) -> dict:
+    """Least squares of log(projected ratio / measured ratio) over ``pairs`` in moe_sync_stall_s."""
+    runs = []
+    for a, b in pairs:
+        ra, rb = (row_to_run(r)[0] for r in (a, b))
+        if adjust is not None:
+            ra, rb = adjust(ra), adjust(rb)
+        runs.append((a["id"], b["id"], ra, rb, math.log(_measured(a)[1] / _measured(b)[1])))
+
+    def resid(x):
+        out = []
+        for _, _, ra, rb, lm in runs:
+            pa = project(_with_eff(ra, moe_sync_stall_s=float(x[0]))).tokens_per_s_per_gpu
+            pb = project(_with_eff(rb, moe_sync_stall_s=float(x[0]))).tokens_per_s_per_gpu
+            out.append(math.log(pa / pb) - lm)
+        return np.array(out)
+
+    x0 = np.array([runs[0][2].cluster.hardware.efficiency.moe_sync_stall_s])
+    before = resid(x0)
+    sol = least_squares(resid, x0, bounds=(0.0, 0.05), diff_step=1e-2)
+    return {"stall_s": float(sol.x[0]), "pairs": [(r[0], r[1], math.exp(r[4]) - 1) for r in runs],
+            "before": before, "after": resid(sol.x)}
+
+
+def _adjuster(stall_s: float | None, gemm_mult: float):
+    """Run -> run with the family's GEMM efficiencies x ``gemm_mult`` and the stall set (when given)."""
+    def adjust(run):
+        e = run.cluster.hardware.efficiency
+        eff = {"gemm_bf16": e.gemm_bf16 * gemm_mult, "gemm_fp8": e.gemm_fp8 * gemm_mult}
+        if stall_s is not None:
+            eff["moe_sync_stall_s"] = stall_s
+        return _with_eff(run, **eff)
+    return adjust
+
+
+def contrast_cycle(family: str, fam_rows: list[dict], all_rows: list[dict], rounds: int = 3,
+                   loo: bool = False) -> None:
+    """Alternate the stall fit (batch contrasts, any quality) and the GEMM multiplier fit (A/B rows)."""
+    members = FAMILIES.get(family, (family,))
+    pairs = batch_contrasts([r for r in all_rows if r["hardware"].strip() in members])
+    if not pairs:
+        print(f"== family {family}: no batch contrasts in the CSV")
+        return
+    print(f"== family {family}: moe_sync_stall_s fitted on {len(pairs)} batch contrasts and the GEMM "
+          f"multiplier on the family's rows above, alternately")
+    mult, stall = 1.0, None
+    for k in range(rounds):
+        st = fit_stall(pairs, _adjuster(None, mult))
+        stall = st["stall_s"]
+        res = fit_family(family, fam_rows, quiet=True, adjust=_adjuster(stall, mult))
+        mult *= res["params"].get("gemm", 1.0)
+        print(f"   round {k + 1}: moe_sync_stall_s = {1e3 * stall:.2f} ms; GEMM multiplier on the YAML values x{mult:.3f}")
+    st = fit_stall(pairs, _adjuster(None, mult))
+    for (a, b, meas), r in zip(st["pairs"], st["after"]):
+        proj = (1 + meas) * math.exp(r) - 1
+        print(f"   {a} / {b}: measured {100 * meas:+.1f}%  projected {100 * proj:+.1f}%")
+    if loo and len(pairs) > 1:
+        for i, held in enumerate(pairs):
+            rest = fit_stall(pairs[:i] + pairs[i + 1:], _adjuster(None, mult))
+            one = fit_stall([held], _adjuster(rest["stall_s"], mult))  # evaluated at the others' stall
+            _, _, meas = one["pairs"][0]
+            proj = (1 + meas) * math.exp(one["before"][0]) - 1
+            print(f"   leave-one-contrast-out {held[0]['id']} / {held[1]['id']}: stall from the others "
+                  f"{1e3 * rest['stall_s']:.2f} ms predicts {100 * proj:+.1f}% (measured {100 * meas:+.1f}%)")
+    res = fit_family(family, fam_rows, quiet=True, adjust=_adjuster(st["stall_s"], mult))
+    for rid, a in zip(res["rows"], res["after"]):
+        print(f"   {rid:24s} after {100 * (math.exp(a) - 1):+6.1f}%")
+    for prof in members:
+        e = load_hardware(prof).efficiency
+        print(f"   {prof}: gemm_bf16={e.gemm_bf16 * mult:.3f}, gemm_fp8={e.gemm_fp8 * mult:.3f}, "
+              f"moe_sync_stall_s={st['stall_s']:.4f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
@@ -119,9 +213,12 @@ def main() -> int:
     ap.add_argument("--hardware", default=None)
     ap.add_argument("--loo", action="store_true", help="also report leave-one-out errors: each row "
                     "predicted by a fit that never saw it")
+    ap.add_argument("--contrasts", action="store_true", help="also fit efficiency.moe_sync_stall_s on the "
+                    "batch contrasts of each sweep, alternating with the GEMM multiplier")
     args = ap.parse_args()
     quals = set(args.quality.split(","))
-    rows = [r for r in read_rows(args.csv) if (r.get("quality") or "") in quals]
+    all_rows = read_rows(args.csv)
+    rows = [r for r in all_rows if (r.get("quality") or "") in quals]
     by_fam: dict[str, list] = {}
     for r in rows:
         if args.hardware and r["hardware"].strip() != args.hardware:
@@ -154,6 +251,8 @@ def main() -> int:
                 print(f"   leave-one-out {rid:24s} {100 * loo[-1]:+6.1f}%")
             print(f"   leave-one-out median |error| {100 * statistics.median(abs(x) for x in loo):.1f}%  "
                   f"max {100 * max(abs(x) for x in loo):.1f}%")
+        if args.contrasts:
+            contrast_cycle(fam, rs, all_rows, loo=args.loo)
     return 0
 
 

@@ -47,6 +47,9 @@ class LayerCost:
     attn_f_s: float
     """Core-attention forward (what selective recompute replays)."""
     comm: dict[str, CommPart] = field(default_factory=dict)
+    host_f_s: float = 0.0
+    """GPU idle per forward pass while the host catches up after the MoE dispatcher's
+    device-to-host sync (full recompute replays it); not part of ``f_s``."""
 
     @property
     def f_exposed_comm_s(self) -> float:
@@ -277,7 +280,10 @@ class LayerModel:
             comm["tp"] = CommPart(o.f_total_s + tpm.f_total_s, o.f_exposed_s + tpm.f_exposed_s,
                                   o.b_total_s + tpm.b_total_s, o.b_exposed_s + tpm.b_exposed_s, o.algorithm or tpm.algorithm)
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
-        cost = LayerCost(kind, af + mf, ab + mb, aw + mw, attn_f, comm)
+        # one device-to-host sync per MoE forward (token counts -> all-to-all splits, grouped-GEMM
+        # sizes); the backward reuses the host-side counts (docs/calibration.md, "MoE sync stall")
+        host = self.hw.efficiency.moe_sync_stall_s if kind == "moe" and not self.t.moe_sync_free else 0.0
+        cost = LayerCost(kind, af + mf, ab + mb, aw + mw, attn_f, comm, host)
         self._cache[key] = cost
         return cost
 

@@ -76,6 +76,12 @@ class TrainingConfig:
     """Megatron sequence parallelism; auto = on when tp > 1."""
     moe_a2a_backend: Literal["alltoall", "deepep"] = "alltoall"
     """MoE token dispatcher."""
+    moe_sync_free: bool = False
+    """MoE layers run without device-to-host synchronisation (Primus-Turbo's sync-free MoE, which
+    needs DeepEP). Off, every MoE-layer forward waits for the host once (the dispatcher reads the
+    per-expert token counts to size the all-to-all and the grouped GEMMs) and the GPU idles for the
+    profile's ``efficiency.moe_sync_stall_s``. Memory is DeepEP's; worst-case receive buffers that a
+    sync-free dispatch may size statically are not modelled."""
     tp_comm_overlap: bool | Literal["auto"] = "auto"
     """Overlap TP all-gather/reduce-scatter with the adjacent GEMMs (Transformer Engine userbuffers);
     auto = on whenever sequence parallelism is on (as NeMo / Megatron-Bridge perf recipes do)."""

@@ -64,6 +64,10 @@ class Efficiency:
     """Fixed per-kernel launch/synchronisation cost in seconds."""
     collective_launch_s: float
     """Fixed per-collective software overhead in seconds (NCCL/RCCL launch, proxy setup)."""
+    moe_sync_stall_s: float
+    """GPU idle time per forward pass of one MoE layer while the host catches up after the token
+    dispatcher's device-to-host synchronisation (token counts for the all-to-all splits and the
+    grouped-GEMM sizes); zero with a sync-free MoE (``training.moe_sync_free``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -92,4 +92,10 @@ def check(run: RunConfig) -> list[str]:
         p.append("fp8_activations=true needs precision=fp8")
     if t.moe_a2a_backend == "deepep" and not m.is_moe:
         p.append(f"moe_a2a_backend=deepep needs a MoE model; {m.name} is dense")
+    if t.moe_sync_free:
+        if not m.is_moe:
+            p.append(f"moe_sync_free=true needs a MoE model; {m.name} is dense")
+        elif t.moe_a2a_backend != "deepep":
+            p.append(f"moe_sync_free=true needs moe_a2a_backend=deepep (the sync-free MoE path runs on "
+                     f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
     return p

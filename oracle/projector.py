@@ -52,6 +52,8 @@ class _Chunk:
     b_compute: float
     w_compute: float
     recompute: float
+    host: float
+    """GPU idle after MoE dispatcher syncs (forward passes and their full-recompute replays)."""
     comm_exposed: dict[str, float]
     comm_total: dict[str, float]
 
@@ -70,7 +72,7 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
     for j, i in enumerate(layers):
         key = (m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None, j < n_rec)
         groups[key] = groups.get(key, 0) + 1
-    f = b = w = rec = comm_f = 0.0
+    f = b = w = rec = comm_f = host_f = host_rec = 0.0
     exp: dict[str, float] = {}
     tot: dict[str, float] = {}
     for (kind, window, replayed), n in groups.items():
@@ -79,11 +81,13 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
         b += n * c.b_s
         w += n * c.w_s
         comm_f += n * c.f_exposed_comm_s
+        host_f += n * c.host_f_s
         for k, part in c.comm.items():
             _add(exp, k, n * (part.f_exposed_s + part.b_exposed_s))
             _add(tot, k, n * (part.f_total_s + part.b_total_s))
         if replayed:  # full recompute replays the layer forward (incl. its TP/CP/EP comm) before B
             rec += n * (c.f_s + c.f_exposed_comm_s)
+            host_rec += n * c.host_f_s
             for k, part in c.comm.items():
                 _add(exp, k, n * part.f_exposed_s)
                 _add(tot, k, n * part.f_total_s)
@@ -101,10 +105,11 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
             kind = "moe" if m.is_moe else "dense"
             c = lm.layer(kind, None)
             f += m.mtp_layers * (c.f_s + of)
+            host_f += m.mtp_layers * c.host_f_s
             b += m.mtp_layers * (c.b_s + ob)
             w += m.mtp_layers * (c.w_s + ow)
-    return _Chunk(f=f + comm_f, b=b + rec + comm_b, w=w, f_compute=f, b_compute=b, w_compute=w,
-                  recompute=rec, comm_exposed=exp, comm_total=tot)
+    return _Chunk(f=f + comm_f + host_f, b=b + rec + comm_b + host_rec, w=w, f_compute=f, b_compute=b,
+                  w_compute=w, recompute=rec, host=host_f + host_rec, comm_exposed=exp, comm_total=tot)
 
 
 def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float], str]:
@@ -330,11 +335,13 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     peak = hw.peak_flops("fp8" if t.precision == "fp8" else "bf16")
     compute = mb * sum(c.f_compute + c.b_compute + c.w_compute for c in chunks[crit])
     recompute = mb * sum(c.recompute for c in chunks[crit])
+    host_sync = mb * sum(c.host for c in chunks[crit])
     bubble = max(0.0, makespan - busy[crit] - p2p_held)
     breakdown = TimeBreakdown(compute_s=compute, recompute_s=recompute, bubble_s=bubble, optimizer_s=optimizer_s,
-                              comm=tuple(terms), sources={"compute": src.tag, "recompute": src.tag,
-                                                          "comm": "analytical", "bubble": "analytical",
-                                                          "optimizer": "analytical"})
+                              host_sync_s=host_sync, comm=tuple(terms),
+                              sources={"compute": src.tag, "recompute": src.tag, "comm": "analytical",
+                                       "bubble": "analytical", "optimizer": "analytical",
+                                       "host_sync": "analytical"})
     details: dict[str, Any] = {
         "schedule": t.schedule, "num_microbatches": mb, "dp": L.dp, "edp": L.edp,
         "critical_rank": crit, "flop_formula": FLOP_FORMULA, "model_flops_per_token": flops_tok,

@@ -116,6 +116,9 @@ class TimeBreakdown:
     bubble_s: float
     """Pipeline idle time of the critical rank (makespan minus its busy time)."""
     optimizer_s: float
+    host_sync_s: float = 0.0
+    """GPU idle after the MoE dispatcher's device-to-host syncs (one per MoE-layer forward, replayed
+    by full recompute); zero for dense models and with ``moe_sync_free``."""
     comm: tuple[CommTerm, ...] = ()
     other_s: float = 0.0
     sources: dict[str, Source] = field(default_factory=dict)
@@ -124,7 +127,7 @@ class TimeBreakdown:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"compute_s": self.compute_s, "recompute_s": self.recompute_s,
                              "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
-                             "other_s": self.other_s}
+                             "host_sync_s": self.host_sync_s, "other_s": self.other_s}
         for c in self.comm:
             d[f"{c.kind}_total_s"] = c.total_s
             d[f"{c.kind}_exposed_s"] = c.exposed_s

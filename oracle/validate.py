@@ -148,6 +148,33 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | P
     return out
 
 
+BATCH_AXES = ("mbs", "gbs")
+
+
+def batch_contrasts(results: list[RowResult]) -> list[dict[str, Any]]:
+    """Pairs of projected rows of one group whose configurations differ only in the batch axes
+    (mbs, gbs) and which measured the same quantity. The measured ratio of such a pair isolates what a
+    micro-batch costs besides its tokens, and whatever a sweep holds fixed but does not publish cancels
+    in it. Each entry: {"a", "b" (the larger-mbs row), "group", "measured", "projected" (ratio - 1 of
+    a over b), "fits" (both rows fit in memory)}."""
+    keyed = []
+    for r in results:
+        if r.skipped is not None or r.projection is None or r.measured is None:
+            continue
+        cfg = dict(r.projection.config)
+        cfg["training"] = {k: v for k, v in cfg["training"].items() if k not in BATCH_AXES}
+        keyed.append((r, repr(sorted(cfg.items(), key=str)), r.projection.config["training"]["mbs"]))
+    out = []
+    for i, (r1, k1, mbs1) in enumerate(keyed):
+        for r2, k2, mbs2 in keyed[i + 1:]:
+            if r1.group != r2.group or k1 != k2 or mbs1 == mbs2 or r1.quantity != r2.quantity:
+                continue
+            a, b = (r1, r2) if mbs1 > mbs2 else (r2, r1)
+            out.append({"a": a.id, "b": b.id, "group": a.group, "measured": a.measured / b.measured - 1.0,
+                        "projected": a.projected / b.projected - 1.0, "fits": bool(a.fits and b.fits)})
+    return out
+
+
 def _rank_stats(pairs: list[tuple[float, float]]) -> dict[str, float | None]:
     from scipy.stats import kendalltau, spearmanr
     if len(pairs) < 3:
@@ -182,4 +209,4 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
     ab = [r.error for r in done if r.quality in ("A", "B")]
     summary = {"all": _abs_stats([r.error for r in done]), "quality_AB": _abs_stats(ab), "by_quality": by_quality,
                "skipped": sum(1 for r in results if r.skipped), "rows": len(results)}
-    return {"summary": summary, "groups": groups}
+    return {"summary": summary, "groups": groups, "contrasts": batch_contrasts(results)}

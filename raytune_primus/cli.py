@@ -95,6 +95,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
                       pct(s["max_abs_error"]), f3(s["spearman"]), f3(s["kendall"]), pct(s["regret"])])
     print(table(grows, ["group", "q", "n", "median|err|", "mean|err|", "max|err|", "spearman", "kendall", "regret"],
                 "llrrrrrrr"))
+    if agg["contrasts"]:
+        print("\nbatch contrasts (rows of one group that differ only in mbs/gbs; ratio of the larger mbs to the smaller):")
+        crows = [[c["a"], c["b"], f"{100 * c['measured']:+.1f}%", f"{100 * c['projected']:+.1f}%",
+                  f"{100 * (c['projected'] - c['measured']):+.1f}", "yes" if c["fits"] else "NO"]
+                 for c in agg["contrasts"]]
+        print(table(crows, ["larger mbs", "smaller mbs", "measured", "projected", "diff (points)", "both fit"],
+                    "llrrrr"))
     s = agg["summary"]
     for key, label in (("quality_AB", "quality A/B rows"), ("all", "all projected rows")):
         x = s[key]

@@ -73,6 +73,8 @@ def projection_table(p: Projection) -> str:
         rows = [["compute (fwd+bwd)", b.compute_s, "", b.sources.get("compute", "")],
                 ["recompute", b.recompute_s, "", b.sources.get("recompute", "")],
                 ["pipeline bubble", b.bubble_s, "", "analytical"]]
+        if b.host_sync_s:
+            rows.append(["moe host sync", b.host_sync_s, "", b.sources.get("host_sync", "")])
         for c in b.comm:
             rows.append([f"comm {c.kind}" + (f" [{c.algorithm}]" if c.algorithm else ""), c.exposed_s, c.total_s, c.source])
         rows.append(["optimizer step", b.optimizer_s, "", b.sources.get("optimizer", "")])

@@ -35,6 +35,8 @@ def _moves(space: SearchSpace) -> list[tuple[str, dict[str, Any]]]:
     if m.is_moe and t.ep > 1:
         for b in ("alltoall", "deepep"):
             moves.append((f"moe_a2a_backend={b}", {"moe_a2a_backend": b}))
+        # paper App. H MoE priority: (1) DeepEP, (2) sync-free MoE
+        moves.append(("moe_sync_free=true", {"moe_a2a_backend": "deepep", "moe_sync_free": True}))
     if t.pp > 1:
         moves.append(("pp_schedule=1f1b", {"pp_schedule": "1f1b", "vpp": 1}))
         for v in (2, 3, 4):

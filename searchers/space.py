@@ -17,6 +17,7 @@ mbs                   1, 2, 4, 8
 recompute             none, selective, full
 precision             bf16, fp8 (fp8 only where the hardware has it)
 moe_a2a_backend       alltoall, deepep (MoE only)
+moe_sync_free         false, true (MoE only; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
 everything else       the baseline value (gbs, etp, recompute_num_layers, overlap flags, ...)
 ====================  ==============================================================================
@@ -25,10 +26,11 @@ The baseline's own values are always included. A user ``pin`` sets an axis to on
 ``restrict`` replaces an axis's value list (any TrainingConfig field may be restricted, e.g.
 ``recompute_num_layers: [null, 1, 2]`` or ``overlap_grad_reduce: [true, false]``).
 
-Legality is the oracle's (:func:`oracle.legality.check`), never re-implemented here. Two
+Legality is the oracle's (:func:`oracle.legality.check`), never re-implemented here. Three
 canonical-form rules remove duplicates that the oracle would treat alike: with ``ep == 1`` the MoE
-dispatcher is 'alltoall' (no all-to-all to replace), and ``fsdp`` implies
-``use_distributed_optimizer = false`` (ZeRO-3 subsumes ZeRO-1).
+dispatcher is 'alltoall' (no all-to-all to replace), a sync-free MoE needs DeepEP (so
+``moe_sync_free`` is false with 'alltoall'), and ``fsdp`` implies ``use_distributed_optimizer =
+false`` (ZeRO-3 subsumes ZeRO-1).
 
 Enumeration checks the structural axes (layout, schedule, batch, recompute) with the baseline
 flags, the flag axes (precision, dispatcher, sharding, overlap) with the baseline structure, and
@@ -58,7 +60,7 @@ _HINTS = typing.get_type_hints(TrainingConfig)
 
 _PREFERRED_ORDER: tuple[str, ...] = (
     "tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
-    "recompute", "recompute_num_layers", "precision", "fp8_activations", "moe_a2a_backend",
+    "recompute", "recompute_num_layers", "precision", "fp8_activations", "moe_a2a_backend", "moe_sync_free",
     "use_distributed_optimizer", "fsdp", "overlap_grad_reduce", "overlap_param_gather",
     "sequence_parallel", "loss_fusion", "moe_imbalance", "first_stage_layers", "last_stage_layers")
 CANONICAL_ORDER: tuple[str, ...] = tuple(f for f in _PREFERRED_ORDER if f in FIELDS) + tuple(
@@ -172,6 +174,7 @@ class SearchSpace:
         if m.is_moe:
             d["ep"] = _divisors(m.num_experts, n)
             d["moe_a2a_backend"] = ["alltoall", "deepep"]
+            d["moe_sync_free"] = [False, True]
         return d
 
     @staticmethod
@@ -181,6 +184,8 @@ class SearchSpace:
             changes["pp_schedule"] = t.schedule
         if t.ep == 1 and t.moe_a2a_backend != "alltoall":
             changes["moe_a2a_backend"] = "alltoall"
+        if t.moe_sync_free and changes.get("moe_a2a_backend", t.moe_a2a_backend) != "deepep":
+            changes["moe_sync_free"] = False
         if t.fsdp and t.use_distributed_optimizer:
             changes["use_distributed_optimizer"] = False
         return t.replace(**changes) if changes else t
@@ -249,6 +254,7 @@ class SearchSpace:
     def _is_canonical(kw: Mapping[str, Any]) -> bool:
         """The kwargs form of :meth:`_canonical_training` (no object built)."""
         return not (kw["pp_schedule"] == "auto" or (kw["ep"] == 1 and kw["moe_a2a_backend"] != "alltoall")
+                    or (kw["moe_sync_free"] and kw["moe_a2a_backend"] != "deepep")
                     or (kw["fsdp"] and kw["use_distributed_optimizer"]))
 
     def _legal_kwargs(self, t_kwargs: dict[str, Any], *, canonical: bool) -> bool:
@@ -347,6 +353,7 @@ class SearchSpace:
         fixed = {a: v[0] for a, v in self.values.items() if len(v) == 1}
         return {"axes": {a: list(self.values[a]) for a in self.axes}, "fixed": fixed,
                 "canonical_rules": ["ep=1 implies moe_a2a_backend=alltoall",
+                                    "moe_a2a_backend=alltoall implies moe_sync_free=false",
                                     "fsdp=true implies use_distributed_optimizer=false"],
                 "baseline": self.point_of(self.baseline)}
 

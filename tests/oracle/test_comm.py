@@ -23,7 +23,8 @@ def nvl72():
     except UnknownComponentError:  # pragma: no cover - the YAML ships with the repo today
         eff = {f: {"value": v, "source": "test"} for f, v in dict(
             gemm_bf16=0.8, gemm_fp8=0.65, gemm_k_half=128, attention_fwd=0.55, attention_bwd=0.45, hbm=0.85,
-            scale_up_bus=0.8, scale_out_bus=0.85, kernel_launch_s=4e-6, collective_launch_s=15e-6).items()}
+            scale_up_bus=0.8, scale_out_bus=0.85, kernel_launch_s=4e-6, collective_launch_s=15e-6,
+            moe_sync_stall_s=3e-3).items()}
         return profile_from_dict({
             "name": "gb200-nvl72", "vendor": "nvidia", "arch": "blackwell",
             "compute": {"peak_tflops": {"bf16": 2500}, "num_compute_units": 148},

@@ -17,7 +17,8 @@ REQUIRED = {"mi300x", "mi325x", "mi355x", "a100-80gb", "h100-sxm", "h200-sxm", "
 NO_FP8 = {"a100-80gb", "cpu-host"}
 NVL72 = {"gb200-nvl72", "gb300-nvl72"}
 EFFICIENCY_FIELDS = [f.name for f in dataclasses.fields(Efficiency)]
-FRACTIONS = [n for n in EFFICIENCY_FIELDS if n not in ("gemm_k_half", "kernel_launch_s", "collective_launch_s")]
+FRACTIONS = [n for n in EFFICIENCY_FIELDS if n not in ("gemm_k_half", "kernel_launch_s", "collective_launch_s",
+                                                        "moe_sync_stall_s")]
 
 
 def _raw(name: str) -> dict:
@@ -66,6 +67,10 @@ def test_every_efficiency_has_a_value_and_a_source(name):
         assert 0.0 < value <= 1.0, f"{name}: efficiency.{field}={value} is not a fraction in (0, 1]"
     assert eff.gemm_k_half >= 1
     assert 0 < eff.kernel_launch_s < 1e-3 and 0 < eff.collective_launch_s < 1e-3
+    # a host stall per MoE-layer forward: zero (no queue to drain) up to tens of milliseconds
+    assert 0 <= eff.moe_sync_stall_s < 0.05
+    if hw.vendor != "cpu":
+        assert eff.moe_sync_stall_s > 0, f"{name}: a GPU's dispatcher sync stall is not free"
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))

@@ -18,7 +18,7 @@ def run_of(model="llama3.1-70b", hw="h100-sxm", n=64, **t):
 
 def total_of(p):
     b = p.breakdown
-    return b.compute_s + b.recompute_s + b.bubble_s + b.optimizer_s + b.other_s + sum(c.exposed_s for c in b.comm)
+    return b.compute_s + b.recompute_s + b.bubble_s + b.optimizer_s + b.host_sync_s + b.other_s + sum(c.exposed_s for c in b.comm)
 
 
 @pytest.mark.parametrize("kw", [
@@ -84,6 +84,48 @@ def test_moe_imbalance_slows_the_busiest_rank():
     assert skew > bal
 
 
+MIXTRAL = dict(seq_len=8192, gbs=512, pp=4, vpp=2, ep=8)
+
+
+def test_moe_sync_stall_is_one_per_moe_layer_forward_and_full_recompute_replays_it():
+    from oracle.hardware import load_hardware
+    stall = load_hardware("mi355x").efficiency.moe_sync_stall_s
+    assert stall > 0
+    for kw, passes in ((dict(), 1), (dict(recompute="full"), 2), (dict(recompute="full", recompute_num_layers=7), 1.5),
+                       (dict(recompute="selective"), 1)):
+        run = run_of("mixtral-8x22b", "mi355x", 32, **MIXTRAL, **kw)
+        p = project(run)
+        # 56 layers / pp=4 = 14 MoE layers per rank, 64 micro-batches per rank
+        assert p.breakdown.host_sync_s == pytest.approx(64 * 14 * passes * stall, rel=1e-9), kw
+        assert total_of(p) == pytest.approx(p.iteration_time_s, rel=1e-9)
+
+
+def test_sync_free_moe_removes_the_stall_and_dense_models_have_none():
+    slow = project(run_of("mixtral-8x22b", "mi355x", 32, moe_a2a_backend="deepep", **MIXTRAL))
+    free = project(run_of("mixtral-8x22b", "mi355x", 32, moe_a2a_backend="deepep", moe_sync_free=True, **MIXTRAL))
+    assert slow.breakdown.host_sync_s > 0 and free.breakdown.host_sync_s == 0
+    assert free.breakdown.compute_s == pytest.approx(slow.breakdown.compute_s)
+    assert free.iteration_time_s < slow.iteration_time_s
+    assert project(run_of(tp=8)).breakdown.host_sync_s == 0
+    with pytest.raises(InvalidConfigError, match="moe_sync_free=true needs moe_a2a_backend=deepep"):
+        run_of("mixtral-8x22b", "mi355x", 32, moe_sync_free=True, **MIXTRAL)
+    with pytest.raises(InvalidConfigError, match="moe_sync_free=true needs a MoE model"):
+        run_of(tp=8, moe_sync_free=True)
+
+
+def test_a_fixed_cost_per_micro_batch_makes_larger_micro_batches_pay_off():
+    """Same micro-batch count, twice the tokens per micro-batch: per-token time falls because the
+    per-MoE-layer stall is paid once per micro-batch (paper App. E Qwen3 sweep: +20% measured)."""
+    kw = dict(seq_len=4096, pp=4, vpp=2, ep=8, precision="fp8", recompute="full", recompute_num_layers=23)
+    m1 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=1, gbs=1024, **kw)).tokens_per_s_per_gpu
+    m2 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=2, gbs=2048, **kw)).tokens_per_s_per_gpu
+    f1 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=1, gbs=1024, moe_a2a_backend="deepep",
+                        moe_sync_free=True, **kw)).tokens_per_s_per_gpu
+    f2 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=2, gbs=2048, moe_a2a_backend="deepep",
+                        moe_sync_free=True, **kw)).tokens_per_s_per_gpu
+    assert m2 / m1 > 1.10 and m2 / m1 > f2 / f1
+
+
 def test_zero_bubble_schedules_shrink_the_bubble():
     kw = dict(tp=8, pp=4, gbs=64)
     b1 = project(run_of(**kw)).breakdown.bubble_s
@@ -113,18 +155,20 @@ def test_does_not_fit_is_a_result_not_an_error():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), mbs=st.sampled_from([1, 2]),
        recompute=st.sampled_from(["none", "selective", "full"]), ep=st.sampled_from([1, 2, 4]),
-       precision=st.sampled_from(["bf16", "fp8"]), backend=st.sampled_from(["alltoall", "deepep"]))
-def test_every_time_term_is_non_negative_and_finite(tp, pp, mbs, recompute, ep, precision, backend):
+       precision=st.sampled_from(["bf16", "fp8"]), backend=st.sampled_from(["alltoall", "deepep"]),
+       sync_free=st.booleans())
+def test_every_time_term_is_non_negative_and_finite(tp, pp, mbs, recompute, ep, precision, backend, sync_free):
     try:
         run = RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
                                    "training": {"seq_len": 1024, "gbs": 64, "tp": tp, "pp": pp, "mbs": mbs,
                                                 "ep": ep, "recompute": recompute, "precision": precision,
-                                                "moe_a2a_backend": backend}})
+                                                "moe_a2a_backend": backend, "moe_sync_free": sync_free}})
     except InvalidConfigError:
         return
     p = project(run)
     b = p.breakdown
-    for v in (b.compute_s, b.recompute_s, b.bubble_s, b.optimizer_s, p.iteration_time_s):
+    assert (b.host_sync_s == 0) == sync_free
+    for v in (b.compute_s, b.recompute_s, b.bubble_s, b.optimizer_s, b.host_sync_s, p.iteration_time_s):
         assert v >= 0 and math.isfinite(v)
     assert all(c.exposed_s >= 0 and c.total_s >= 0 for c in b.comm)
     assert total_of(p) == pytest.approx(p.iteration_time_s, rel=1e-9)

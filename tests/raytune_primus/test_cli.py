@@ -120,16 +120,20 @@ def test_models_import(capsys, tmp_path):
 
 def test_validate_json(capsys, tmp_path):
     csv = tmp_path / "v.csv"
-    csv.write_text("id,group,model,hardware,num_gpus,seq_len,gbs,tp,measured_tokens_per_s_per_gpu\n"
-                   "a,g,llama2-7b,h100-sxm,8,4096,128,1,15000\nb,g,llama2-7b,h100-sxm,8,4096,128,2,14000\n"
-                   "c,g,llama2-7b,h100-sxm,8,4096,128,8,12000\nd,g,llama2-7b,h100-sxm,8,,128,1,1\n")
+    csv.write_text("id,group,model,hardware,num_gpus,seq_len,gbs,tp,mbs,measured_tokens_per_s_per_gpu\n"
+                   "a,g,llama2-7b,h100-sxm,8,4096,128,1,,15000\nb,g,llama2-7b,h100-sxm,8,4096,128,2,,14000\n"
+                   "c,g,llama2-7b,h100-sxm,8,4096,128,8,,12000\nd,g,llama2-7b,h100-sxm,8,,128,1,,1\n"
+                   "e,g,llama2-7b,h100-sxm,8,4096,128,2,2,14500\n")
     code, out, err = run_cli(capsys, "validate", str(csv), "--format", "json", "--plot", str(tmp_path / "p.png"))
     assert code == 0, err
     d = json.loads(out)
-    assert {r["id"] for r in d["rows"]} == {"a", "b", "c", "d"}
+    assert {r["id"] for r in d["rows"]} == {"a", "b", "c", "d", "e"}
     row = d["rows"][0]
     for k in ("id", "group", "quantity", "measured", "projected", "error", "skipped", "fits", "projected_peak_gib",
               "measured_peak_mem_gib", "assumed"):
         assert k in row
     assert d["groups"]["g"]["spearman"] is not None and "summary" in d
+    # e differs from b only in mbs: one batch contrast, larger micro-batch first
+    assert [(c["a"], c["b"]) for c in d["contrasts"]] == [("e", "b")]
+    assert d["contrasts"][0]["measured"] == pytest.approx(14500 / 14000 - 1)
     assert (tmp_path / "p.png").exists()

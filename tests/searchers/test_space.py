@@ -35,7 +35,7 @@ def test_counts_for_mixtral_on_32_gpus_are_order_ten_to_the_four():
     assert s["raw_size"] > s["size"]
     assert 100 <= s["num_layouts"] <= 1000
     assert set(sp.axes) >= {"tp", "pp", "vpp", "ep", "cp", "mbs", "pp_schedule", "recompute", "precision",
-                            "moe_a2a_backend", "use_distributed_optimizer", "fsdp"}
+                            "moe_a2a_backend", "moe_sync_free", "use_distributed_optimizer", "fsdp"}
 
 
 def test_pins_and_restrictions(tiny):
@@ -78,6 +78,10 @@ def test_canonical_forms_merge_equivalent_configs(tiny):
     run = sp.make({"ep": 1, "moe_a2a_backend": "deepep"})
     assert run.training.moe_a2a_backend == "alltoall"
     assert run.key() == sp.make({"ep": 1}).key()
+    # a sync-free MoE runs on DeepEP: with the all-to-all dispatcher it is off
+    run = sp.make({"ep": 2, "moe_a2a_backend": "alltoall", "moe_sync_free": True})
+    assert run.training.moe_sync_free is False
+    assert sp.make({"ep": 2, "moe_a2a_backend": "deepep", "moe_sync_free": True}).training.moe_sync_free
     # 'auto' schedule resolves to the concrete one
     assert sp.baseline.training.pp_schedule != "auto"
     assert all(p.get("pp_schedule") != "auto" for p in sp.iter_points())
