@@ -44,6 +44,7 @@ from oracle.errors import BenchmarkError, InvalidConfigError
 from raytune_primus.trainable import METRIC, MODE, make_trainable, result_from_metrics, result_to_dict
 from searchers.base import Candidate, TrialResult, make_searcher
 from searchers.book import TrialBook
+from searchers.evaluator import evaluator_version
 from searchers.ledger import Ledger, now_utc
 from searchers.prefilter import PreFilter
 
@@ -103,7 +104,8 @@ class PrimusSearcher(Searcher):
             exp = self.experiment
             ledger = Ledger(self.ledger_path)
             book = TrialBook(budget=self.budget, run_id=self.run_id, searcher=self.searcher_name, seed=self.seed,
-                             oracle_mode=self.evaluator.mode, experiment=exp.name, ledger=ledger)
+                             oracle_mode=self.evaluator.mode, experiment=exp.name, ledger=ledger,
+                             oracle_version=evaluator_version(self.evaluator))
             inner = make_searcher(self.searcher_name, exp.space, seed=self.seed, **self.options)
             gate = PreFilter(inner, self.evaluator, book)
             book.pending = len(self.pending)
@@ -252,7 +254,10 @@ class RetryRecorder(tune.Callback):
 def _describe(config: Mapping[str, Any]) -> str:
     t = config.get("training") or {}
     keys = ("tp", "pp", "vpp", "cp", "ep", "mbs", "pp_schedule", "recompute", "precision")
-    return " ".join(f"{k}={t[k]}" for k in keys if k in t)
+    out = [f"{k}={t[k]}" for k in keys if k in t]
+    if t.get("ep", 1) > 1 or t.get("moe_a2a_backend") == "deepep":  # the MoE levers (paper App. H)
+        out.append(f"dispatcher={t.get('moe_a2a_backend', 'alltoall')}" + ("+sync-free" if t.get("moe_sync_free") else ""))
+    return " ".join(out)
 
 
 # ---------------------------------------------------------------------------------- outcome
@@ -348,7 +353,7 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     exp_path = results / TUNE_DIR
     spec = {"experiment": exp.name, "space": exp.space.fingerprint, "searcher": searcher or exp.searcher,
             "seed": exp.seed if seed is None else int(seed), "budget": exp.budget if budget is None else int(budget),
-            "oracle_mode": evaluator.mode}
+            "oracle_mode": evaluator.mode, "oracle_version": evaluator_version(evaluator)}
     restored = bool(restore and tune.Tuner.can_restore(str(exp_path)))
     spec_path = results / "tune_spec.json"
     if restored:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from searchers.base import Candidate, TrialResult
-from searchers.ledger import Ledger, now_utc
+from searchers.ledger import Ledger, LedgerError, now_utc
 
 GIB = 2**30
 COUNTED = frozenset({"ok", "rejected", "failed"})
@@ -49,10 +49,13 @@ class TrialBook:
     """Budget, results by config key, and the ledger writer of one run."""
 
     def __init__(self, *, budget: int, run_id: str, searcher: str, seed: int, oracle_mode: str,
-                 experiment: str = "", ledger: Ledger | None = None) -> None:
+                 experiment: str = "", ledger: Ledger | None = None, oracle_version: str | None = None) -> None:
         self.budget = int(budget)
         self.run_id, self.searcher, self.seed = run_id, searcher, int(seed)
         self.oracle_mode, self.experiment = oracle_mode, experiment
+        self.oracle_version = oracle_version
+        """Fingerprint of the oracle that scores this run (None: unversioned); a resume refuses rows
+        scored by another one."""
         self.ledger = ledger
         self.known: dict[str, TrialResult] = {}
         """Results by config key (scored, rejected, failed): repeats are answered from here."""
@@ -72,6 +75,14 @@ class TrialBook:
 
     # ------------------------------------------------------------------ resume
     def _resume(self, rows: list[dict[str, Any]]) -> None:
+        if self.oracle_version is not None:
+            other = sorted({v for r in rows if (v := r.get("oracle_version")) and v != self.oracle_version})
+            if other:
+                where = self.ledger.path if self.ledger is not None else "the ledger"
+                raise LedgerError(
+                    f"run {self.run_id} in {where} was scored by oracle {', '.join(other)}, and this oracle is "
+                    f"{self.oracle_version} (its code, model cards or hardware profiles changed): resuming would "
+                    f"mix projections of two oracles; start over (--fresh) or use another results directory")
         for r in rows:
             res = result_from_row(r)
             if r["status"] in COUNTED:
@@ -123,7 +134,7 @@ class TrialBook:
             "row": self._take_row(), "trial_index": -1, "status": status, "legal": None, "fits": None,
             "reason": reason, "config": None, "config_key": None, "phase": phase, "round": round,
             "proposer": proposer, "note": note, "oracle_mode": self.oracle_mode, "started_at": t,
-            "finished_at": t, "wall_s": 0.0})
+            "finished_at": t, "wall_s": 0.0, "oracle_version": self.oracle_version})
 
     def _take_row(self) -> int:
         r = self._next_row
@@ -147,7 +158,7 @@ class TrialBook:
             "phase": c.phase if c else "", "round": c.round if c else 0,
             "proposer": c.proposer if c else "", "note": c.note if c else "",
             "oracle_mode": self.oracle_mode, "started_at": start, "finished_at": end,
-            "wall_s": (end - start).total_seconds()})
+            "wall_s": (end - start).total_seconds(), "oracle_version": self.oracle_version})
 
     # ------------------------------------------------------------------ views
     def counted(self) -> list[Trial]:

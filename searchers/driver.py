@@ -22,7 +22,8 @@ from typing import Any
 
 from searchers.base import make_searcher
 from searchers.book import TrialBook
-from searchers.evaluator import Evaluator, OracleEvaluator, memory_result, score_result
+from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_result,  # noqa: F401
+                                 oracle_fingerprint, score_result)
 from searchers.experiment import Experiment, load_experiment
 from searchers.ledger import Ledger
 from searchers.prefilter import PreFilter
@@ -98,7 +99,7 @@ def run_search(experiment: Experiment | str | Path, searcher_name: str | None = 
     ledger = Ledger(ledger_path) if ledger_path is not None else None
     run_id = run_id or f"{exp.name}/{name}/seed{seed}"
     book = TrialBook(budget=budget, run_id=run_id, searcher=name, seed=seed, oracle_mode=evaluator.mode,
-                     experiment=exp.name, ledger=ledger)
+                     experiment=exp.name, ledger=ledger, oracle_version=evaluator_version(evaluator))
     t0 = time.perf_counter()
     inner = make_searcher(name, exp.space, seed=seed, **opts)
     gate = PreFilter(inner, evaluator, book, max_stale=max_stale)
@@ -150,18 +151,6 @@ def _score_chunk(args: tuple[SearchSpace, Evaluator, Sequence[tuple]]) -> tuple[
         if best is None or res.value > best:
             best, best_p = res.value, p
     return best, best_p, fitting
-
-
-def oracle_fingerprint() -> str:
-    """Hash of the oracle's code, model cards and hardware profiles (invalidates cached optima)."""
-    import hashlib
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha1()
-    for sub, pattern in (("oracle", "**/*.py"), ("oracle", "**/*.yaml"), ("hardware", "*.yaml")):
-        for f in sorted((root / sub).glob(pattern)):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:12]
 
 
 def _costly_schedules() -> frozenset[str]:

@@ -9,7 +9,10 @@ an exception raised by the oracle is a 'failed' trial with its message, never a 
 """
 from __future__ import annotations
 
+import hashlib
 import math
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from oracle.config import RunConfig
@@ -49,6 +52,26 @@ class Evaluator(Protocol):
         """Full projection (throughput and memory)."""
 
 
+@lru_cache(maxsize=1)
+def oracle_fingerprint() -> str:
+    """Hash of the oracle's code, model cards and hardware profiles: two projections of one config
+    agree when their fingerprints do (ledgers record it; cached optima and resumes check it)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha1()
+    for sub, pattern in (("oracle", "**/*.py"), ("oracle", "**/*.yaml"), ("hardware", "*.yaml")):
+        for f in sorted((root / sub).glob(pattern)):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def evaluator_version(evaluator: Any) -> str | None:
+    """What a ledger row records as ``oracle_version``: the evaluator's ``version`` (None: unversioned,
+    e.g. a synthetic test oracle)."""
+    v = getattr(evaluator, "version", None)
+    return None if v is None else str(v)
+
+
 class OracleEvaluator:
     """The real oracle: ``oracle.memory.project_memory`` and ``oracle.projector.project`` (lazy).
 
@@ -85,6 +108,11 @@ class OracleEvaluator:
         if not get_schedule(run.training.schedule).cost_aware:
             return None
         return float(tokens_per_s_per_gpu_upper_bound(run))
+
+    @property
+    def version(self) -> str:
+        """The oracle fingerprint (code + cards + profiles) that a ledger row records."""
+        return oracle_fingerprint()
 
     def __repr__(self) -> str:
         return f"OracleEvaluator(mode={self.mode!r})"

@@ -33,9 +33,12 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("iteration_time_s", "float64"), ("mfu", "float64"), ("phase", "string"), ("round", "int64"),
     ("proposer", "string"), ("note", "string"), ("oracle_mode", "string"),
     ("started_at", "timestamp"), ("finished_at", "timestamp"), ("wall_s", "float64"),
+    ("oracle_version", "string"),
 )
 """Ledger columns and their types (``config`` is the training section as JSON; GiB = 2^30 bytes)."""
 COLUMN_NAMES: tuple[str, ...] = tuple(c for c, _ in COLUMNS)
+OPTIONAL_COLUMNS = frozenset({"oracle_version"})
+"""Columns added after the first ledgers were written: read back as None when a file lacks them."""
 
 _SECRETS: set[str] = set()
 _SECRETS_LOCK = threading.Lock()
@@ -91,7 +94,7 @@ def scrub(text: str) -> str:
 
 
 class LedgerError(PrimusError):
-    """A ledger file exists but cannot be read as a ledger."""
+    """A ledger file exists but cannot be read as a ledger, or its run cannot be resumed."""
 
 
 def _schema():
@@ -129,10 +132,11 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
         table = pq.read_table(p)
     except Exception as exc:
         raise LedgerError(f"ledger {p} is not a readable parquet file: {exc}") from exc
-    missing = [c for c in COLUMN_NAMES if c not in table.column_names]
+    missing = [c for c in COLUMN_NAMES if c not in table.column_names and c not in OPTIONAL_COLUMNS]
     if missing:
         raise LedgerError(f"ledger {p} lacks columns {', '.join(missing)}; is it a search ledger?")
-    return table.select(list(COLUMN_NAMES)).to_pylist()
+    present = [c for c in COLUMN_NAMES if c in table.column_names]
+    return [{c: r.get(c) for c in COLUMN_NAMES} for r in table.select(present).to_pylist()]
 
 
 class Ledger:

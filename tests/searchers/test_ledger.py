@@ -91,3 +91,33 @@ def test_book_resumes_counts_and_known_results(tmp_path):
     assert b2.best.value == 10.0 and b2.best_so_far() == [10.0, 10.0]
     other = TrialBook(budget=5, run_id="other", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path))
     assert other.used == 0
+
+
+def test_resume_refuses_rows_scored_by_another_oracle(tmp_path):
+    path = tmp_path / "l.parquet"
+    b1 = TrialBook(budget=5, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path),
+                   oracle_version="aaaa")
+    b1.record(Candidate(values={}), _ok("a", 10.0))
+    assert read_rows(path)[0]["oracle_version"] == "aaaa"
+    same = TrialBook(budget=5, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path),
+                     oracle_version="aaaa")
+    assert same.used == 1
+    with pytest.raises(LedgerError, match=r"scored by oracle aaaa, and this oracle is bbbb.*--fresh"):
+        TrialBook(budget=5, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path),
+                  oracle_version="bbbb")
+    # an unversioned evaluator (a synthetic test oracle) does not check
+    assert TrialBook(budget=5, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path)).used == 1
+
+
+def test_ledgers_written_before_the_oracle_version_column_still_read(tmp_path):
+    path = tmp_path / "old.parquet"
+    Ledger(path).extend([{"run_id": "r", "row": 0, "trial_index": 0, "status": "ok", "config_key": "a",
+                          "tokens_per_s_per_gpu": 5.0}])
+    table = pq.read_table(path).drop(["oracle_version"])
+    pq.write_table(table, path)
+    assert "oracle_version" not in pq.read_table(path).column_names
+    rows = read_rows(path)
+    assert rows[0]["oracle_version"] is None and rows[0]["tokens_per_s_per_gpu"] == 5.0
+    book = TrialBook(budget=5, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path),
+                     oracle_version="cccc")
+    assert book.used == 1   # rows of unknown version are kept (nothing to compare them with)
