@@ -183,7 +183,10 @@ def contrast_cycle(family: str, fam_rows: list[dict], all_rows: list[dict], roun
         st = fit_stall(pairs, _adjuster(None, mult))
         stall = st["stall_s"]
         res = fit_family(family, fam_rows, quiet=True, adjust=_adjuster(stall, mult))
-        mult *= res["params"].get("gemm", 1.0)
+        if "gemm" not in res.get("params", {}):  # a many-row family fits per precision: stall only
+            print(f"   (family {family} fits per-precision multipliers; only the stall is fitted here)")
+            break
+        mult *= res["params"]["gemm"]
         print(f"   round {k + 1}: moe_sync_stall_s = {1e3 * stall:.2f} ms; GEMM multiplier on the YAML values x{mult:.3f}")
     st = fit_stall(pairs, _adjuster(None, mult))
     for (a, b, meas), r in zip(st["pairs"], st["after"]):
