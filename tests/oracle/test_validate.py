@@ -120,3 +120,19 @@ def test_relative_card_paths_resolve_against_the_csv_folder(tmp_path, monkeypatc
     res = {r.id: r for r in validate_rows(read_rows(p), base_dir=p.parent)}
     assert res["rel"].skipped is None and res["rel"].projected > 0
     assert "nope.yaml" in res["missing"].skipped
+
+
+def test_the_bundled_moe_sync_stall_is_the_fit_of_the_batch_contrasts():
+    """efficiency.moe_sync_stall_s of the AMD profiles says it is the fit of benchmarks/calibrate.py
+    --contrasts; a change to the oracle that moves the fit must come with a recalibration."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate.py"
+    spec = importlib.util.spec_from_file_location("calibrate_for_test", path)
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    rows = [r for r in read_rows(CSV) if r["hardware"].strip() in cal.FAMILIES["amd-instinct"]]
+    pairs = cal.batch_contrasts(rows)
+    assert len(pairs) == 3
+    fit = cal.fit_stall(pairs)
+    from oracle.hardware import load_hardware
+    assert fit["stall_s"] == pytest.approx(load_hardware("mi355x").efficiency.moe_sync_stall_s, abs=1e-4)
