@@ -22,7 +22,7 @@ from typing import Any
 
 from searchers.base import make_searcher
 from searchers.book import TrialBook
-from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_result,  # noqa: F401
+from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_result,
                                  oracle_fingerprint, score_result)
 from searchers.experiment import Experiment, load_experiment
 from searchers.ledger import Ledger
