@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +39,48 @@ class RowResult:
     measured_peak_mem_gib: float | None
     assumed: list[str] = field(default_factory=list)
     projection: Any = None
+    release: str | None = None
+    """Software release the row was measured on (NVIDIA tables: the NeMo container in ``group``)."""
+    newest: bool = True
+    """False when the same configuration was also published for a newer release (history, not target)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("id", "group", "quality", "quantity", "measured", "projected",
                                               "error", "skipped", "fits", "projected_peak_gib",
-                                              "measured_peak_mem_gib", "assumed")}
+                                              "measured_peak_mem_gib", "assumed", "release", "newest")}
+
+
+_RELEASE = re.compile(r"^\s*(\d+(?:\.\d+)+)\b")
+_RECIPE = re.compile(r"fp8_recipe=([a-z0-9_]+)")
+# the columns that are not part of what ran (identity of a configuration = every other column + FP8 recipe)
+_NOT_CONFIG = {"id", "source", "group", "quality", "notes", *MEASURED_COLUMNS}
+
+
+def release_of(row: dict[str, str]) -> str | None:
+    """The release a row's table belongs to (``26.04.01 NeMo Container ...`` -> ``26.04.01``), else None."""
+    m = _RELEASE.match(row.get("group") or "")
+    return m.group(1) if m else None
+
+
+def config_identity(row: dict[str, str]) -> tuple:
+    """What ran: every configuration column plus the FP8 recipe the notes state (one configuration
+    published in several releases has one identity; current-scaling vs MXFP8 are two)."""
+    recipe = _RECIPE.search(row.get("notes") or "")
+    cells = tuple(sorted((k, (v or "").strip()) for k, v in row.items() if k is not None and k not in _NOT_CONFIG))
+    return cells + (("fp8_recipe", recipe.group(1) if recipe else ""),)
+
+
+def newest_flags(rows: list[dict[str, str]]) -> list[bool]:
+    """Per row: is it the newest release of its configuration? Rows without a release are always newest."""
+    def ver(r: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in r.split("."))
+    best: dict[tuple, tuple[int, ...]] = {}
+    for row in rows:
+        rel = release_of(row)
+        if rel is not None:
+            key = config_identity(row)
+            best[key] = max(best.get(key, ()), ver(rel))
+    return [release_of(r) is None or best[config_identity(r)] == ver(release_of(r)) for r in rows]
 
 
 def _num(v: str) -> float | None:
@@ -145,6 +183,8 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | P
         err = projected / measured - 1.0 if measured else None
         out.append(RowResult(rid, group, quality, quantity, measured, projected, err, None, proj.fits,
                              proj.memory.peak_bytes / 2**30, mem, assumed, proj))
+    for r, row, newest in zip(out, rows, newest_flags(rows)):
+        r.release, r.newest = release_of(row), newest
     return out
 
 
@@ -191,7 +231,23 @@ def _rank_stats(pairs: list[tuple[float, float]]) -> dict[str, float | None]:
 def _abs_stats(errs: list[float]) -> dict[str, Any]:
     a = [abs(e) for e in errs]
     return {"n": len(a), "median_abs_error": statistics.median(a) if a else None,
-            "mean_abs_error": statistics.fmean(a) if a else None, "max_abs_error": max(a) if a else None}
+            "mean_abs_error": statistics.fmean(a) if a else None, "max_abs_error": max(a) if a else None,
+            "within_10pct": sum(1 for x in a if x <= 0.10) / len(a) if a else None}
+
+
+def headline(results: list[RowResult], groups: dict[str, Any]) -> dict[str, Any]:
+    """The figures a reader checks first: share of rows projected; over the newest release of each
+    configuration the median |error|, share within 10% and the worst row; the median over published
+    tables (groups with >= 3 projected rows) of the per-table Spearman rank correlation."""
+    done = [r for r in results if r.skipped is None and r.error is not None]
+    newest = [r for r in done if r.newest]
+    worst = max(newest, key=lambda r: abs(r.error), default=None)
+    rhos = [g["spearman"] for g in groups.values() if g.get("spearman") is not None]
+    return {"rows": len(results), "projected": len(done), "projected_share": len(done) / len(results) if results else None,
+            "newest": _abs_stats([r.error for r in newest]),
+            "worst_newest": None if worst is None else {"id": worst.id, "error": worst.error},
+            "tables_ranked": len(rhos), "spearman_median": statistics.median(rhos) if rhos else None,
+            "spearman_min": min(rhos) if rhos else None}
 
 
 def summarize(results: list[RowResult]) -> dict[str, Any]:
@@ -209,4 +265,5 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
     ab = [r.error for r in done if r.quality in ("A", "B")]
     summary = {"all": _abs_stats([r.error for r in done]), "quality_AB": _abs_stats(ab), "by_quality": by_quality,
                "skipped": sum(1 for r in results if r.skipped), "rows": len(results)}
+    summary["headline"] = headline(results, groups)
     return {"summary": summary, "groups": groups, "contrasts": batch_contrasts(results)}

@@ -108,6 +108,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if x["n"]:
             print(f"\n{label}: n={x['n']}  median |error| {100 * x['median_abs_error']:.1f}%  "
                   f"mean |error| {100 * x['mean_abs_error']:.1f}%  max |error| {100 * x['max_abs_error']:.1f}%")
+    h = s["headline"]
+    if h["projected"]:
+        n = h["newest"]
+        line = (f"\nheadline: {h['projected']}/{h['rows']} rows projected ({100 * h['projected_share']:.0f}%); "
+                f"newest release of each configuration: n={n['n']}  median |error| {100 * n['median_abs_error']:.1f}%  "
+                f"within 10%: {100 * n['within_10pct']:.0f}%  worst {h['worst_newest']['id']} "
+                f"{100 * h['worst_newest']['error']:+.1f}%")
+        if h["spearman_median"] is not None:
+            line += (f"\n          per-table Spearman over {h['tables_ranked']} tables: median {h['spearman_median']:.3f}"
+                     f"  min {h['spearman_min']:.3f}")
+        print(line)
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0
