@@ -25,7 +25,8 @@ from oracle.hardware import HardwareProfile
 from oracle.layout import Layout
 from oracle.memory import project_memory, rank_param_counts
 from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule
-from oracle.pipeline.schedules.ilp import time_limit as ilp_time_limit
+from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
+from oracle.pipeline.schedules.ilp import work_budget as ilp_work_budget
 from oracle.results import CommTerm, Projection, TimeBreakdown
 
 MODES = ("simulate", "benchmark", "both")
@@ -34,8 +35,6 @@ FSDP_CEIL_AG, FSDP_CEIL_RECOMPUTE_AG, FSDP_CEIL_RS = 0.95, 0.93, 0.92
 # Adam step traffic per parameter shard: read fp32 master, grad, m, v (16 B), write master, m, v (12 B)
 # and the bf16 weight (2 B), plus a grad-norm pass (4 B) — multi-tensor-apply kernels are HBM bound.
 OPTIMIZER_BYTES_PER_PARAM = 34
-# search mode: the exact W-placement MILP gets this wall-clock budget, then keeps its best order
-FAST_ILP_TIME_LIMIT_S = 0.5
 
 
 @lru_cache(maxsize=256)
@@ -298,7 +297,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         p2p_total = 0.0
     else:
         if fast_schedules:
-            with ilp_time_limit(FAST_ILP_TIME_LIMIT_S):
+            with ilp_work_budget(ILP_SEARCH_BUDGET):
                 res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=quantized(costs))
         else:
             res = run_schedule(t.schedule, pp, vpp, mb, costs)

@@ -329,11 +329,11 @@ def test_ilp_beats_zero_bubble_on_heterogeneous_costs_and_reports_optimality():
     assert ilp.max_peak_activation_bytes <= zb.max_peak_activation_bytes + 1e-9
 
 
-def test_ilp_size_bound_falls_back_and_says_so(monkeypatch):
+def test_ilp_size_bound_falls_back_and_says_so():
     from oracle.pipeline.schedules import ilp as ilp_mod
-    monkeypatch.setattr(ilp_mod, "MAX_EXACT_OPS", 10)
-    sol = ilp_mod.solve_w_placement(4, 8, uniform(4, 1))
-    assert not sol.optimal and "MAX_EXACT_OPS" in sol.note
+    tiny = ilp_mod.IlpBudget(max_ops=10, node_limit=10, safety_time_limit_s=60.0)
+    sol = ilp_mod.solve_w_placement(4, 8, uniform(4, 1), budget=tiny)
+    assert not sol.optimal and "max_ops=10" in sol.note and not sol.time_capped
 
 
 # ---------------------------------------------------------------- output

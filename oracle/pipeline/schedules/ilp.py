@@ -17,10 +17,13 @@ continuous start times ``t[r,k]`` and the makespan T; minimise T subject to
 For fixed n the smallest feasible times are exactly the simulator's (both are the longest-path
 max-plus recursion), so the MILP optimum IS the optimal simulated makespan over all W placements.
 
-Size bound: HiGHS (scipy.optimize.milp) gets ``time_limit_s`` (default 10 s) and problems with more
-than ``MAX_EXACT_OPS`` F/B ops are not attempted. When the optimum is not proven, the best known order
-(the solver's incumbent or ZB-H1's placement, whichever simulates faster) is returned with
-``approximate=True`` and the reason in the note. Results are cached per (pp, m, costs).
+Work budget (:class:`IlpBudget`), independent of the clock so the same configuration gets the same
+schedule on any machine, busy or idle: problems with more than ``max_ops`` F/B ops are not attempted,
+and HiGHS (scipy.optimize.milp, serial and deterministic) stops after ``node_limit`` branch-and-bound
+nodes. A wall-clock cap stays only as a safety net; when it is hit the note says so (that one result
+then depends on machine speed). When the optimum is not proven, the best known order (the solver's
+incumbent or ZB-H1's placement, whichever simulates faster) is returned with ``approximate=True`` and
+the reason in the note. Results are cached per (pp, m, costs, budget).
 """
 from __future__ import annotations
 
@@ -37,13 +40,29 @@ from oracle.pipeline.schedules.one_f_one_b import fb_sequence
 from oracle.pipeline.schedules.zero_bubble import zb_h1_rank
 from oracle.pipeline.types import Op, StageCosts
 
-MAX_EXACT_OPS = 4096
-"""Largest F/B op count (2 * pp * m) handed to the MILP solver."""
-TIME_LIMIT_S = 10.0
-"""Default solver wall-clock limit."""
-_LIMIT: contextvars.ContextVar[float] = contextvars.ContextVar("ilp_time_limit_s", default=TIME_LIMIT_S)
 MIP_REL_GAP = 1e-7
 """Relative optimality gap accepted as 'optimal' (float times)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IlpBudget:
+    """How much work the MILP may do; every limit but the safety net is counted, not timed."""
+
+    max_ops: int
+    """Largest F/B op count (2 * pp * m) handed to the solver; larger problems keep ZB-H1's placement."""
+    node_limit: int
+    """Branch-and-bound nodes HiGHS may explore (scipy ``milp`` option ``node_limit``)."""
+    safety_time_limit_s: float
+    """Wall-clock cap against a pathological solve; reported in the note when hit (machine dependent)."""
+
+
+DEFAULT_BUDGET = IlpBudget(max_ops=4096, node_limit=10_000, safety_time_limit_s=600.0)
+"""Single projections: every bundled size solves to proven optimality well inside it."""
+SEARCH_BUDGET = IlpBudget(max_ops=1024, node_limit=200, safety_time_limit_s=120.0)
+"""Search loops (projector ``fast_schedules``): at most ~1024 ops keeps a solve to seconds on 2 cores."""
+MAX_EXACT_OPS = DEFAULT_BUDGET.max_ops
+"""Largest F/B op count (2 * pp * m) handed to the MILP solver by default."""
+_BUDGET: contextvars.ContextVar[IlpBudget] = contextvars.ContextVar("ilp_budget", default=DEFAULT_BUDGET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +73,8 @@ class WPlacement:
     makespan_s: float
     optimal: bool
     note: str
+    time_capped: bool = False
+    """The wall-clock safety cap stopped the solver (the only machine-dependent outcome)."""
 
 
 def _order_from_counts(fb: list[list[Op]], counts: list[list[int]]) -> Order:
@@ -71,7 +92,7 @@ def _order_from_counts(fb: list[list[Op]], counts: list[list[int]]) -> Order:
 
 
 def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_cap_bytes: float | None = None,
-                      time_limit_s: float = TIME_LIMIT_S) -> WPlacement:
+                      budget: IlpBudget = DEFAULT_BUDGET) -> WPlacement:
     """Optimal W placement on the ZB-H1 F/B skeleton (see the module docstring)."""
     from scipy.optimize import LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -84,9 +105,10 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
     cap = max(zb_res.peak_activation_bytes) if mem_cap_bytes is None else float(mem_cap_bytes)
     fb = [fb_sequence(pp, r, m, backward="B") for r in range(pp)]
     n_ops = sum(len(ops) for ops in fb)
-    if n_ops > MAX_EXACT_OPS:
+    if n_ops > budget.max_ops:
         return WPlacement(zb, zb_res.makespan_s, False,
-                          f"{n_ops} F/B ops > MAX_EXACT_OPS={MAX_EXACT_OPS}: MILP not attempted, ZB-H1 placement used")
+                          f"{n_ops} F/B ops > the ILP budget's max_ops={budget.max_ops}: MILP not attempted, "
+                          f"ZB-H1 placement used")
 
     offset = []
     pos = {}
@@ -149,9 +171,15 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
     ub[n_ops:2 * n_ops] = m
     from scipy.optimize import Bounds
     res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(np.zeros(n_var), ub),
-               options={"time_limit": time_limit_s, "mip_rel_gap": MIP_REL_GAP})
+               options={"node_limit": budget.node_limit, "time_limit": budget.safety_time_limit_s,
+                        "mip_rel_gap": MIP_REL_GAP})
+    # status 1 = iteration/time limit: within the node budget it can only be the wall-clock cap
+    capped = res.status == 1 and (res.mip_node_count is None or res.mip_node_count < budget.node_limit)
+    cap_note = (f"; the {budget.safety_time_limit_s:g} s safety time cap stopped the solver, so this order "
+                f"depends on machine speed" if capped else "")
     if res.x is None:
-        return WPlacement(zb, zb_res.makespan_s, False, f"MILP found no solution ({res.message}); ZB-H1 used")
+        return WPlacement(zb, zb_res.makespan_s, False, f"MILP found no solution ({res.message}); ZB-H1 used"
+                          + cap_note, capped)
     counts = []
     for r, ops in enumerate(fb):
         counts.append([int(round(res.x[n_idx(r, k)])) for k in range(len(ops))])
@@ -162,31 +190,31 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
         if zb_res.makespan_s < span:
             order, span = zb, zb_res.makespan_s
         return WPlacement(order, span, False, f"MILP stopped before proving optimality ({res.message}); "
-                                              f"best known placement used")
+                                              f"best known placement used" + cap_note, capped)
     return WPlacement(order, span, True, f"optimal W placement (MILP, gap <= {MIP_REL_GAP:g}) under a memory "
                                          f"cap of {cap:.4g} bytes")
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Solve under a shorter wall-clock limit inside this block (search loops); an unproven optimum
-    comes back flagged approximate, as with the default limit."""
-    token = _LIMIT.set(seconds)
+def work_budget(budget: IlpBudget) -> Iterator[None]:
+    """Solve under ``budget`` inside this block (search loops use SEARCH_BUDGET); an unproven optimum
+    comes back flagged approximate, as with the default budget."""
+    token = _BUDGET.set(budget)
     try:
         yield
     finally:
-        _LIMIT.reset(token)
+        _BUDGET.reset(token)
 
 
 @lru_cache(maxsize=256)
-def _cached(pp: int, m: int, costs: StageCosts, limit_s: float) -> WPlacement:
-    return solve_w_placement(pp, m, costs, time_limit_s=limit_s)
+def _cached(pp: int, m: int, costs: StageCosts, budget: IlpBudget) -> WPlacement:
+    return solve_w_placement(pp, m, costs, budget=budget)
 
 
 def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
     if costs is None:
         costs = StageCosts.uniform(pp=pp, vpp=1, f_s=1.0, b_s=1.0, w_s=1.0)
-    sol = _cached(pp, num_microbatches, costs, _LIMIT.get())
+    sol = _cached(pp, num_microbatches, costs, _BUDGET.get())
     return Built([list(ops) for ops in sol.order], not sol.optimal, sol.note)
 
 
