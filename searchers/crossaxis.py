@@ -11,11 +11,12 @@ improved for ``patience`` trials.
   the measured ratios; combinations predicted over the cap are skipped. As soon as a combination
   becomes the incumbent, the next candidates extend it by one more move at a time (with a
   memory-freeing move added when the extension would cross the cap).
-* Later rounds polish the incumbent: every single-axis move from it (adjacent values of numeric
-  axes, all values of categorical ones, with the schedule/VPP and micro-batch repaired when a
-  move breaks legality) and pairs of the most promising ones, ranked by a small ridge model of
-  log throughput and log memory over the ledger (one-hot + log2 features), with a bonus for axis
-  values never tried. It re-ranks after every observation.
+* Later rounds polish the incumbent (the runners-up, best first, once its neighbourhood is known):
+  every single-axis move from it (adjacent values of numeric axes, all values of categorical
+  ones, with the schedule/VPP and micro-batch repaired when a move breaks legality) and pairs of
+  the most promising ones, ranked by a small ridge model of log throughput and log memory over
+  the ledger (one-hot + log2 features), with a bonus for axis values never tried.
+  It re-ranks after every observation.
 
 Nothing here knows the oracle's formulas: every prediction comes from the ledger.
 """
@@ -321,10 +322,19 @@ class CrossAxisProposer:
         return out
 
     def _polish(self) -> Candidate | None:
-        inc = self.history.best()
-        if inc is None:
+        """The best-ranked move around the incumbent; around the runners-up (best first) once every
+        move around it is known, so a long budget is spent rather than left over."""
+        ranked = sorted(self.history.ok(), key=lambda e: -e.result.value)  # type: ignore[operator]
+        if not ranked:
             return None
         model = Surrogate(self.space).fit(self.history)
+        for inc in ranked:
+            c = self._polish_around(inc, model)
+            if c is not None:
+                return c
+        return None
+
+    def _polish_around(self, inc: Entry, model: Surrogate) -> Candidate | None:
         singles = []
         for p, _ in self._neighbourhood(inc):
             c = self._candidate(p, "polish " + ", ".join(f"{k}={v}" for k, v in diff(p, inc.point).items()))

@@ -13,15 +13,27 @@ Each round has two steps:
 ``evaluate`` does not call the oracle: it hands the candidate to the driver (the ask/tell loop,
 through a greenlet so the tool loop reads like a plain function call) and returns what the
 pre-filter and the oracle said. At most ``per_round`` (25) candidates per round, ``rounds`` (4)
-rounds; a round stops when the incumbent has not improved for ``patience`` (5) trials, and the
-search when the budget is spent.
+rounds; a round stops when the incumbent has not improved for ``patience`` (5) trials, after
+``patience`` proposals in a row that cost nothing (illegal, repeats, junk), or when the budget is
+spent; the tool loop then ends at once (no further LLM call that round).
 
-Proposals are partial configurations laid over the baseline and validated against the space.
-Malformed JSON, illegal axes, timeouts and endpoint errors are written to the ledger
-(``llm_malformed`` / ``illegal`` / ``llm_timeout`` / ``llm_endpoint_error`` rows) and never stop
-the search: when a round's LLM calls fail, the planner's remaining candidates are evaluated
-directly, and after two failed rounds in a row the offline cross-axis proposer takes over (its
-label then says so).
+Real small models answer badly (``../shared/llm-recordings``): the legal-axes list copied into
+``candidate_configs``, ``[{}, {}, {}]``, ``evaluate({"config": {"axis": [...]}})``, bullet lists for
+JSON lists, fences and truncated JSON. Answers are read leniently where the meaning is clear
+(:func:`parse_json` with ``json_repair``, :func:`parse_list`, :func:`unwrap_proposal`); what names no
+configuration is junk, recorded and never sent to the oracle.
+
+Failure never shortens the search. Malformed answers, illegal axes, timeouts and endpoint errors are
+written to the ledger (``llm_malformed`` / ``illegal`` / ``llm_timeout`` / ``llm_endpoint_error`` /
+``llm_round_failed`` rows). A round that scores no trial is a failed round, whatever the model
+answered; when the executor scores nothing the planner's candidates are evaluated directly; after
+two failed rounds in a row, or when the LLM's rounds are over with budget left, the offline
+cross-axis proposer spends the rest of the budget (the label then says so, and every ledger row
+names the proposer that produced it).
+
+Prompts stay within ``prompt_tokens`` (default :data:`PROMPT_TOKENS`, estimated at
+:data:`CHARS_PER_TOKEN`): the planner sees fewer history rows and the executor its latest tool steps
+until the prompt fits, so a 4k-token context window holds every call.
 
 The model is any LiteLLM model string with ``api_base``; the API key is read from the environment
 variable named by ``api_key_env`` when the LM is built, registered with the ledger's scrubber, and
@@ -48,7 +60,14 @@ from searchers.space import SearchSpace
 log = logging.getLogger(__name__)
 GIB = 2**30
 _LLM_KEYS = ["model", "api_base", "api_key_env", "timeout_s", "max_tokens", "temperature", "engine",
-             "num_retries", "max_iters"]
+             "num_retries", "max_iters", "prompt_tokens"]
+CHARS_PER_TOKEN = 3.0
+"""Characters per prompt token used to estimate prompt sizes: measured 3.0 on the planner prompts and
+3.8-4.3 on the executor prompts of ../shared/llm-recordings (Qwen2.5 tokenizer); JSON-heavy text is
+the densest, so 3.0 bounds both."""
+PROMPT_TOKENS = 3000
+"""Default prompt budget (estimated tokens, system prompt included): a 4,096-token context keeps
+~1,000 tokens for the answer (set max_tokens to match)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +92,9 @@ class LLMSettings:
     """Retries on transient errors (each retry can take up to timeout_s)."""
     max_iters: int = 40
     """ReAct tool steps per round."""
+    prompt_tokens: int = PROMPT_TOKENS
+    """Budget for every prompt (estimated at CHARS_PER_TOKEN): the planner sees fewer history rows
+    and a clipped scratchpad, the executor the most recent tool steps, until the prompt fits."""
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "searcher.llm") -> "LLMSettings":
@@ -91,6 +113,11 @@ class LLMSettings:
         for k in ("max_tokens", "max_iters"):
             if k in data and not (isinstance(data[k], int) and data[k] > 0):
                 problems.append(f"{where}.{k}={data[k]!r} must be a positive integer")
+        if "prompt_tokens" in data and not (isinstance(data["prompt_tokens"], int)
+                                            and not isinstance(data["prompt_tokens"], bool)
+                                            and data["prompt_tokens"] >= 1000):
+            problems.append(f"{where}.prompt_tokens={data['prompt_tokens']!r} must be an integer >= 1000 "
+                            f"(the fixed part of a prompt alone is ~1,000 tokens)")
         if "num_retries" in data and not (isinstance(data["num_retries"], int) and data["num_retries"] >= 0):
             problems.append(f"{where}.num_retries={data['num_retries']!r} must be an integer >= 0")
         if problems:
@@ -152,7 +179,7 @@ def _signatures() -> tuple[Any, Any]:
         extra_guidance: str = dspy.InputField(desc="model- or cluster-specific hints (may be empty)")
         scratchpad: str = dspy.InputField(desc="notes from earlier rounds")
         rationale: str = dspy.OutputField(desc="what the history shows and which axes to move next")
-        hypotheses: list[str] = dspy.OutputField(desc="at most 5 testable hypotheses")
+        hypotheses: str = dspy.OutputField(desc="at most 5 testable hypotheses, one a line")
         candidate_configs: str = dspy.OutputField(
             desc="JSON list of 5-8 objects; keys from legal_axes.axes, values from their lists")
         polish_plan: str = dspy.OutputField(desc="how to refine the winner if a candidate wins")
@@ -176,27 +203,115 @@ def _signatures() -> tuple[Any, Any]:
     return PlanSignature, SearchSignature
 
 
+# ---------------------------------------------------------------------------------------------- parsing
+_FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)(?:```|$)", re.S)
+_BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+")
+_WRAPPERS = ("config", "configuration", "candidate", "values", "training", "changes")
+"""Single-key objects a model wraps a proposal in: ``{"config": {...}}`` means ``{...}``."""
+_LISTS = ("candidates", "candidate_configs", "configs", "configurations")
+
+
 def parse_json(text: Any) -> Any:
-    """JSON from an LLM answer: a dict/list as is, or text possibly wrapped in ``` fences."""
+    """JSON from an LLM answer, read leniently where the meaning is clear.
+
+    A dict/list passes as is. Text may be wrapped in ``` fences, carry prose around the JSON, use
+    Python literals (single quotes, True/False), miss closing brackets, or list one object per
+    markdown bullet: ``json.loads`` first, then ``json_repair`` (a library built for LLM output) on
+    the text from the first bracket on. ValueError when nothing JSON-like is there.
+    """
     if isinstance(text, (dict, list)):
         return text
     if not isinstance(text, str):
         raise ValueError(f"expected JSON text, got {type(text).__name__}")
     s = text.strip()
-    m = re.search(r"```(?:json)?\s*(.*?)```", s, re.S)
-    if m:
+    m = _FENCE.search(s)
+    if m and m.group(1).strip():
         s = m.group(1).strip()
-    return json.loads(s)
+    try:
+        return json.loads(s)
+    except (ValueError, RecursionError):
+        pass
+    starts = [i for i in (s.find("["), s.find("{")) if i >= 0]
+    if not starts:
+        raise ValueError(f"no JSON object or list in {_clip(text)!r}")
+    import json_repair
+    try:
+        data = json_repair.loads(s[min(starts):])
+    except (ValueError, RecursionError, IndexError, TypeError) as exc:
+        raise ValueError(f"unreadable JSON in {_clip(text)!r}: {exc}") from None
+    if not isinstance(data, (dict, list)):
+        raise ValueError(f"no JSON object or list in {_clip(text)!r}")
+    return data
 
 
-def parse_candidates(text: Any, limit: int) -> list[dict[str, Any]]:
-    """The planner's candidate list (at most ``limit``); ValueError when it is not a JSON list of objects."""
+def parse_list(text: Any) -> list[str]:
+    """A list of short texts: a JSON list, or one item a line (markdown bullets or numbers stripped)."""
+    if isinstance(text, (list, tuple)):
+        return [str(t).strip() for t in text if str(t).strip()]
+    s = str(text or "").strip()
+    if s.startswith("["):
+        try:
+            data = parse_json(s)
+            if isinstance(data, list):
+                return [str(t).strip() for t in data if str(t).strip()]
+        except ValueError:
+            pass
+    return [_BULLET.sub("", line).strip() for line in s.splitlines() if _BULLET.sub("", line).strip()]
+
+
+def unwrap_proposal(values: Any) -> tuple[dict[str, Any] | None, str]:
+    """One proposal as a flat mapping of axis values, or (None, why it is junk).
+
+    ``{"config": {...}}`` (and the other one-key wrappers) are unwrapped; an axis given a list or an
+    object (the legal-axes list copied back) and an empty object are junk: they name no configuration.
+    """
+    for _ in range(4):
+        if isinstance(values, Mapping) and len(values) == 1:
+            (k, v), = values.items()
+            if str(k).lower() in _WRAPPERS and isinstance(v, Mapping):
+                values = v
+                continue
+        break
+    if not isinstance(values, Mapping):
+        return None, f"a proposal must be a JSON object of axis values, got {type(values).__name__}"
+    if not values:
+        return None, "an empty object names no configuration"
+    nested = [str(k) for k, v in values.items() if isinstance(v, (list, tuple, dict, Mapping))]
+    if nested:
+        return None, (f"each axis takes one value; {', '.join(nested[:4])} got a list or an object "
+                      f"(the legal values copied back?)")
+    return {str(k): v for k, v in values.items()}, ""
+
+
+def parse_candidates(text: Any, limit: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The planner's candidates (at most ``limit``) and why the others were dropped.
+
+    Accepts a JSON list (fenced, repaired, or one object per bullet), a single object, or a list under
+    ``candidates``; unwraps ``{"config": {...}}``; drops junk (see :func:`unwrap_proposal`) and
+    duplicates. ValueError when the text holds no JSON at all.
+    """
     data = parse_json(text)
-    if isinstance(data, dict) and isinstance(data.get("candidates"), list):
-        data = data["candidates"]
-    if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
-        raise ValueError("candidate_configs must be a JSON list of objects")
-    return [dict(c) for c in data[:limit]]
+    if isinstance(data, Mapping):
+        lists = [data[k] for k in _LISTS if isinstance(data.get(k), list)]
+        data = lists[0] if lists else [data]
+    out: list[dict[str, Any]] = []
+    junk: list[str] = []
+    seen: set[str] = set()
+    for i, item in enumerate(data):
+        values, why = unwrap_proposal(item)
+        if values is None:
+            junk.append(f"candidate {i}: {why}")
+            continue
+        sig = json.dumps(values, sort_keys=True, default=str)
+        if sig not in seen and len(out) < limit:
+            seen.add(sig)
+            out.append(values)
+    return out, junk
+
+
+def _clip(text: Any, n: int = 120) -> str:
+    s = str(text)
+    return s if len(s) <= n else s[:n] + "..."
 
 
 def _classify(exc: BaseException) -> str:
@@ -211,9 +326,55 @@ def _classify(exc: BaseException) -> str:
     return "llm_endpoint_error"
 
 
+class _RoundOver(BaseException):
+    """Raised by the evaluate tool when the round is over: a BaseException, so DSPy's ReAct (which turns
+    tool exceptions into observations) lets it end the tool loop instead of asking the LLM again."""
+
+
 def _exit_exception() -> type[BaseException]:
     from greenlet import GreenletExit
     return GreenletExit
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+def _history_rows(history: History, k: int) -> list[dict[str, Any]]:
+    """The planner's view of the history: best first, None fields and empty reasons left out."""
+    rows = history.summary(k, sort=True) if k > 0 else []
+    return [{f: v for f, v in r.items() if v not in (None, "")} for r in rows]
+
+
+def prompt_chars(signature: Any, inputs: Mapping[str, Any]) -> int:
+    """Characters of the chat prompt DSPy's ChatAdapter builds for ``signature`` and ``inputs``."""
+    import dspy
+    try:
+        msgs = dspy.ChatAdapter().format(signature, demos=[], inputs=dict(inputs))
+        return sum(len(str(m.get("content", ""))) for m in msgs)
+    except Exception:  # an adapter change must not stop a search: estimate from the parts
+        return len(getattr(signature, "instructions", "")) + sum(len(str(v)) for v in inputs.values()) + 2000
+
+
+def _bounded_react(signature: Any, tools: list[Any], max_iters: int) -> Any:
+    """``dspy.ReAct`` whose trajectory keeps only the latest tool steps that fit ``trajectory_chars``."""
+    import dspy
+
+    class BoundedReAct(dspy.ReAct):
+        trajectory_chars = 10**9
+
+        def _format_trajectory(self, trajectory: dict[str, Any]) -> str:
+            steps = dict(trajectory)
+            text = super()._format_trajectory(steps)
+            while len(text) > self.trajectory_chars and len(steps) > 4:
+                for key in list(steps)[:4]:  # thought, tool name, tool args, observation of the oldest step
+                    steps.pop(key)
+                text = super()._format_trajectory(steps)
+            if len(text) > self.trajectory_chars:
+                text = "..." + text[-max(0, self.trajectory_chars - 3):]
+            return text
+
+    return BoundedReAct(signature, tools=tools, max_iters=max_iters)
 
 
 class LLMProposer:
@@ -230,14 +391,20 @@ class LLMProposer:
         self.control = RoundControl(rounds=rounds, per_round=per_round, patience=patience)
         self.base_label = llm_label(self.settings, lm)
         self.label = self.base_label
-        self.counts = {"planner_calls": 0, "executor_calls": 0, "proposals": 0, "illegal": 0,
+        self.counts = {"rounds": 0, "failed_rounds": 0, "planner_calls": 0, "executor_calls": 0,
+                       "proposals": 0, "scored": 0, "illegal": 0, "repeats": 0, "junk": 0,
                        "llm_malformed": 0, "llm_timeout": 0, "llm_endpoint_error": 0}
         self.scratchpad: list[str] = []
+        self.prompt_tokens = self.settings.prompt_tokens if self.settings else PROMPT_TOKENS
+        self.max_prompt_chars = 0
+        """Longest prompt sent so far (characters, as measured before the call)."""
         self._gr: Any = None
         self._result: TrialResult | None = None
         self._failed_rounds = 0
         self._fallback: CrossAxisProposer | None = None
         self._round_failed = False
+        self._round_scored = 0
+        self._idle_in_row = 0
         self._unavailable = ""
         self._max_iters = self.settings.max_iters if self.settings else 40
 
@@ -259,12 +426,27 @@ class LLMProposer:
             self._lm = self.settings.build_lm()
         return self._lm
 
+    def _budget_left(self) -> int:
+        return int(self.context.budget_status()["remaining"]) if self.context is not None else 0
+
     def _switch_to_fallback(self, why: str) -> None:
+        """The offline cross-axis proposer finishes the budget (given rounds enough to spend it)."""
         self.label = f"{self.base_label} -> cross-axis (offline) fallback"
         self._event("llm_fallback", why)
-        self._fallback = CrossAxisProposer(self.space, self.history, rounds=max(1, self.control.rounds
-                                                                                - self.control.round + 1),
+        self._fallback = CrossAxisProposer(self.space, self.history, rounds=max(1, self._budget_left()),
                                            per_round=self.control.per_round, patience=self.control.patience)
+
+    def _end_round(self) -> None:
+        """A round that scored no trial is a failed round, whatever the LLM answered."""
+        self._gr = None
+        if self._round_scored > 0:
+            self._failed_rounds = 0
+            return
+        self._failed_rounds += 1
+        self.counts["failed_rounds"] += 1
+        if not self._round_failed:  # no error explained it: the answers were junk, illegal or repeats
+            self._event("llm_round_failed", f"round {self.control.round} scored no trial "
+                                            f"({self.control.in_round} proposals: illegal, repeats or junk)")
 
     # ------------------------------------------------------------------ ask / tell
     def suggest(self) -> Candidate | None:
@@ -273,19 +455,22 @@ class LLMProposer:
             if self._fallback is not None:
                 return self._fallback.suggest()
             if self._gr is None or self._gr.dead:
+                if self._gr is not None:
+                    self._end_round()
                 if self._unavailable:
                     self._switch_to_fallback(self._unavailable)
                     continue
-                if self._gr is not None and self._round_failed:
-                    self._failed_rounds += 1
-                    if self._failed_rounds >= 2:
-                        self._switch_to_fallback("two LLM rounds failed in a row")
-                        continue
-                elif self._gr is not None:
-                    self._failed_rounds = 0
+                if self._failed_rounds >= 2:
+                    self._switch_to_fallback("two LLM rounds in a row scored no trial")
+                    continue
                 if not self.control.start_round(self.history.best_value()):
+                    if self._budget_left() > 0:
+                        self._switch_to_fallback(f"the LLM's {self.control.rounds} rounds are over with "
+                                                 f"{self._budget_left()} trials of the budget left")
+                        continue
                     return None
-                self._round_failed = False
+                self.counts["rounds"] += 1
+                self._round_failed, self._round_scored, self._idle_in_row = False, 0, 0
                 self._gr = greenlet(self._run_round)
                 msg = self._gr.switch()
             else:
@@ -301,30 +486,58 @@ class LLMProposer:
         self.control.observed(result, counted)
         if result.status == "illegal":
             self.counts["illegal"] += 1
+        elif not counted:
+            self.counts["repeats"] += 1
+        self._idle_in_row = 0 if counted else self._idle_in_row + 1
+        if result.status == "ok" and counted:
+            self._round_scored += 1
+            self.counts["scored"] += 1
 
     def close(self) -> None:
         if self._gr is not None and not self._gr.dead:
             self._gr.throw(_exit_exception()())  # unwinds the tool loop (a BaseException: ReAct won't catch it)
         self._gr = None
 
+    def stats(self) -> dict[str, Any]:
+        return {**self.counts, "max_prompt_tokens_estimated": round(self.max_prompt_chars / CHARS_PER_TOKEN),
+                "prompt_tokens_budget": self.prompt_tokens}
+
     # ------------------------------------------------------------------ inside the greenlet
-    def _propose(self, values: Any, note: str) -> dict[str, Any]:
-        """Hand one proposal to the driver and return what became of it (runs in the greenlet)."""
+    def _stop_reason(self) -> str:
         if self.control.round_over():
-            return {"status": "STOP", "reason": "round over: candidate limit reached or no improvement "
-                                                f"in the last {self.control.patience} trials"}
-        status = self.context.budget_status() if self.context else None
-        if status is not None and status["remaining"] <= 0:
-            return {"status": "STOP", "reason": "trial budget spent"}
-        if not isinstance(values, Mapping):
-            self._event("llm_malformed", f"evaluate() got {type(values).__name__}, not a JSON object")
-            return {"status": "error", "reason": "config must be a JSON object of axis values"}
-        self.counts["proposals"] += 1
+            return ("round over: candidate limit reached or no improvement in the last "
+                    f"{self.control.patience} trials")
+        if self._idle_in_row >= self.control.patience:
+            return f"round over: the last {self._idle_in_row} proposals were illegal, repeats or junk"
+        if self.context is not None and self.context.budget_status()["remaining"] <= 0:
+            return "trial budget spent"
+        return ""
+
+    def _propose(self, raw: Any, note: str, *, direct: bool = False) -> dict[str, Any]:
+        """Hand one proposal to the driver and return what became of it (runs in the greenlet).
+
+        Junk (unreadable JSON, an empty object, lists of values) never reaches the driver but counts
+        against the round like an illegal proposal, so a model that only writes junk ends its round.
+        ``direct`` (the planner's own candidates) is bounded by the budget only."""
+        stop = self._stop_reason() if not direct else (
+            "trial budget spent" if self.context is not None and self.context.budget_status()["remaining"] <= 0
+            else "")
+        if stop:
+            return {"status": "STOP", "reason": stop}
         self.control.proposed()
-        cand = Candidate(values=dict(values), phase="llm", round=self.control.round, proposer=self.label,
+        try:
+            values, why = unwrap_proposal(parse_json(raw))
+        except ValueError as exc:
+            values, why = None, f"malformed JSON: {exc}"
+        if values is None:
+            self._idle_in_row += 1
+            self.counts["junk"] += 1
+            self._event("llm_malformed", f"{note}: {why}")
+            return {"status": "error", "reason": why}
+        self.counts["proposals"] += 1
+        cand = Candidate(values=values, phase="llm", round=self.control.round, proposer=self.base_label,
                          note=note[:200])
-        parent = self._gr.parent
-        result = parent.switch(cand)
+        result = self._gr.parent.switch(cand)
         return self._describe(result)
 
     def _describe(self, r: TrialResult | None) -> dict[str, Any]:
@@ -340,39 +553,46 @@ class LLMProposer:
     def _tools(self) -> list[Any]:
         prop = self
 
-        def evaluate(config: Any) -> str:
-            """Project throughput and memory of one configuration (JSON object of axis values; omitted axes
-            keep the baseline). Costs one trial of the budget unless it is illegal or already known."""
-            try:
-                values = parse_json(config)
-            except (ValueError, TypeError) as exc:
-                prop._event("llm_malformed", f"evaluate(): malformed JSON: {exc}")
-                return json.dumps({"status": "error", "reason": f"malformed JSON: {exc}"})
-            return json.dumps(prop._propose(values, "executor"), default=str)
+        def evaluate(config: Any = None, **axes: Any) -> str:
+            """Project throughput and memory of one configuration: config is a JSON object of axis values
+            (one value per axis; omitted axes keep the baseline). Costs one trial unless illegal or known."""
+            out = prop._propose(config if config is not None else axes, "executor")
+            if out["status"] == "STOP":
+                raise _RoundOver(out["reason"])  # ends the tool loop: no more LLM calls this round
+            return _compact(out)
 
-        def evaluate_memory_only(config: Any) -> str:
+        def evaluate_memory_only(config: Any = None, **axes: Any) -> str:
             """Project only the memory of a configuration (free: no trial is spent)."""
             try:
-                values = parse_json(config)
-            except (ValueError, TypeError) as exc:
-                return json.dumps({"status": "error", "reason": f"malformed JSON: {exc}"})
-            if prop.context is None or not isinstance(values, Mapping):
-                return json.dumps({"status": "error", "reason": "memory projection unavailable"})
-            return json.dumps(prop.context.memory_only(values), default=str)
+                values, why = unwrap_proposal(parse_json(config if config is not None else axes))
+            except ValueError as exc:
+                values, why = None, f"malformed JSON: {exc}"
+            if values is None:
+                prop._idle_in_row += 1  # junk, even free, ends the round after `patience` in a row
+                if prop._idle_in_row >= prop.control.patience:
+                    raise _RoundOver(f"the last {prop._idle_in_row} proposals were junk")
+                return _compact({"status": "error", "reason": why})
+            if prop.context is None:
+                return _compact({"status": "error", "reason": "memory projection unavailable"})
+            return _compact(prop.context.memory_only(values))
 
-        def get_history(k: int = 30) -> str:
-            """The last k trials (changes versus the baseline, throughput, memory, status, reason)."""
-            return json.dumps(prop.history.summary(int(k)), default=str)
+        def get_history(k: int = 10) -> str:
+            """The best k trials (at most 10): changes versus the baseline, throughput, memory, status."""
+            try:
+                n = max(1, min(10, int(k)))
+            except (TypeError, ValueError, OverflowError):
+                n = 10
+            return _compact(_history_rows(prop.history, n))
 
         def get_best() -> str:
             """The best configuration so far and its projected tokens/s/GPU."""
             b = prop.history.best()
-            return json.dumps({"config": b.point, "tokens_per_s_per_gpu": round(b.result.value, 1)}
-                              if b else {"config": None}, default=str)
+            return _compact({"config": b.point, "tokens_per_s_per_gpu": round(b.result.value, 1)}
+                            if b else {"config": None})
 
         def get_legal_axes() -> str:
             """The searched axes with their allowed values, the fixed values and the baseline."""
-            return json.dumps(prop.space.describe(), default=str)
+            return _compact(prop.space.describe())
 
         def get_architecture() -> str:
             """The model card."""
@@ -388,37 +608,79 @@ class LLMProposer:
 
         def note_to_scratchpad(text: str) -> str:
             """Append a note to the scratchpad kept across rounds."""
-            prop.scratchpad.append(str(text)[:1000])
+            prop.scratchpad.append(str(text)[:500])
             return "noted"
 
         def read_scratchpad() -> str:
             """Everything noted so far."""
-            return "\n".join(prop.scratchpad) or "(empty)"
+            return prop._scratchpad_text() or "(empty)"
 
         return [evaluate, evaluate_memory_only, get_history, get_best, get_legal_axes, get_architecture,
                 get_cluster, get_budget_status, note_to_scratchpad, read_scratchpad]
+
+    def _scratchpad_text(self, limit: int = 1500) -> str:
+        """The latest notes that fit ``limit`` characters."""
+        out: list[str] = []
+        size = 0
+        for note in reversed(self.scratchpad):
+            if size + len(note) + 1 > limit:
+                break
+            out.append(note)
+            size += len(note) + 1
+        return "\n".join(reversed(out))
 
     def _architecture(self) -> str:
         m = self.space.baseline.model
         keys = ["name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                 "attention", "vocab_size", "num_experts", "moe_topk", "moe_ffn_hidden_size", "num_shared_experts",
                 "first_dense_layers", "mtp_layers"]
-        return json.dumps({k: getattr(m, k, None) for k in keys}, default=str)
+        return _compact({k: v for k in keys if (v := getattr(m, k, None)) is not None})
 
     def _cluster(self) -> str:
         c = self.space.baseline.cluster
         hw = c.hardware
-        return json.dumps({"hardware": hw.name, "vendor": hw.vendor, "num_gpus": c.num_gpus,
-                           "gpus_per_node": hw.gpus_per_node, "hbm_gib": round(hw.hbm_capacity_bytes / GIB, 1),
-                           "peak_tflops": {k: round(v / 1e12) for k, v in hw.peak_flops_per_s.items()}})
+        return _compact({"hardware": hw.name, "vendor": hw.vendor, "num_gpus": c.num_gpus,
+                         "gpus_per_node": hw.gpus_per_node, "hbm_gib": round(hw.hbm_capacity_bytes / GIB, 1),
+                         "peak_tflops": {k: round(v / 1e12) for k, v in hw.peak_flops_per_s.items()}})
 
     def _budget_text(self) -> str:
         s = dict(self.context.budget_status()) if self.context else {}
         s.update({"round": self.control.round, "rounds": self.control.rounds,
                   "round_candidates": self.control.in_round, "per_round": self.control.per_round,
                   "trials_since_improvement": self.control.since_improvement})
-        return json.dumps(s)
+        return _compact(s)
 
+    # ------------------------------------------------------------------ prompts within the budget
+    def _plan_inputs(self, signature: Any) -> dict[str, str]:
+        """Planner inputs that fit ``prompt_tokens``: fewer history rows first, then shorter notes."""
+        budget = int(self.prompt_tokens * CHARS_PER_TOKEN)
+        inputs = {"architecture": self._architecture(), "cluster": self._cluster(),
+                  "legal_axes": _compact(self.space.describe()), "history_summary": "[]",
+                  "extra_guidance": _clip(self.extra_guidance or "(none)", 1500),
+                  "scratchpad": self._scratchpad_text() or "(empty)"}
+        for k in (40, 30, 20, 14, 10, 7, 5, 3, 1, 0):
+            inputs["history_summary"] = _compact(_history_rows(self.history, k))
+            size = prompt_chars(signature, inputs)
+            if size <= budget:
+                break
+        if size > budget:
+            inputs["extra_guidance"] = _clip(inputs["extra_guidance"], 300)
+            inputs["scratchpad"] = self._scratchpad_text(300) or "(empty)"
+            size = prompt_chars(signature, inputs)
+        self.max_prompt_chars = max(self.max_prompt_chars, size)
+        return inputs
+
+    def _executor(self, signature: Any, inputs: Mapping[str, str]) -> Any:
+        """The ReAct executor; its trajectory gets what the budget leaves after the fixed prompt."""
+        executor = _bounded_react(signature, self._tools(), self._max_iters)
+        budget = int(self.prompt_tokens * CHARS_PER_TOKEN)
+        fixed = max(prompt_chars(executor.react.signature, {**inputs, "trajectory": ""}),
+                    prompt_chars(executor.extract.predict.signature, {**inputs, "trajectory": ""}))
+        executor.trajectory_chars = max(500, budget - fixed)
+        self.max_prompt_chars = max(self.max_prompt_chars, fixed + executor.trajectory_chars)
+        return executor
+
+    # ------------------------------------------------------------------ one round (in the greenlet)
     def _run_round(self) -> None:
         import dspy
         PlanSignature, SearchSignature = _signatures()
@@ -428,21 +690,27 @@ class LLMProposer:
             lm = self._get_lm()
         except Exception as exc:  # no key, no DSPy: no round can do anything
             self._unavailable = f"LLM unavailable: {type(exc).__name__}: {exc}"
+            self._round_failed = True
             self._event("llm_endpoint_error", self._unavailable)
             return None
         with dspy.context(lm=lm):
             try:
                 self.counts["planner_calls"] += 1
-                plan = dspy.ChainOfThought(PlanSignature)(
-                    architecture=self._architecture(), cluster=self._cluster(),
-                    legal_axes=json.dumps(self.space.describe(), default=str),
-                    history_summary=json.dumps(self.history.summary(40, sort=True), default=str),
-                    extra_guidance=self.extra_guidance or "(none)",
-                    scratchpad="\n".join(self.scratchpad) or "(empty)")
-                plan_text = f"{plan.rationale}\nHypotheses: {plan.hypotheses}\nPolish: {plan.polish_plan}"
+                planner = dspy.ChainOfThought(PlanSignature)
+                plan = planner(**self._plan_inputs(planner.predict.signature))
+                hypotheses = parse_list(plan.hypotheses)[:5]
+                plan_text = _clip(f"{plan.rationale}\nHypotheses:\n" + "\n".join(f"- {h}" for h in hypotheses)
+                                  + f"\nPolish: {plan.polish_plan}", 1500)
                 try:
-                    planned = parse_candidates(plan.candidate_configs, self.control.per_round)
-                except (ValueError, TypeError) as exc:
+                    planned, junk = parse_candidates(plan.candidate_configs, self.control.per_round)
+                    if junk:
+                        self.counts["junk"] += len(junk)
+                        self._event("llm_malformed", f"planner candidate_configs: {len(junk)} dropped, e.g. "
+                                                     f"{junk[0]}")
+                    elif not planned:
+                        self._event("llm_malformed", "planner candidate_configs: no configuration in "
+                                                     f"{_clip(plan.candidate_configs)!r}")
+                except ValueError as exc:
                     self._event("llm_malformed", f"planner candidate_configs: {exc}")
             except Exception as exc:
                 self._round_failed = True
@@ -450,17 +718,20 @@ class LLMProposer:
                 return None
             try:
                 self.counts["executor_calls"] += 1
-                executor = dspy.ReAct(SearchSignature, tools=self._tools(), max_iters=self._max_iters)
-                executor(plan=plan_text, candidate_configs=json.dumps(planned, default=str),
-                         budget_status=self._budget_text())
+                inputs = {"plan": plan_text, "candidate_configs": _compact(planned),
+                          "budget_status": self._budget_text()}
+                self._executor(SearchSignature, inputs)(**inputs)
+            except _RoundOver:
+                pass
             except Exception as exc:
                 self._round_failed = True
                 self._event(_classify(exc), f"executor: {type(exc).__name__}: {exc}")
-                for values in planned:  # the executor failed: evaluate the plan directly
+            if self._round_scored == 0 and planned:
+                # the executor scored nothing: evaluate the planner's own candidates directly
+                for values in planned:
                     run, problems = self.space.validate(values)
-                    if run is not None and self.history.knows(run.key()):
+                    if run is not None and not problems and self.history.knows(run.key()):
                         continue
-                    out = self._propose(values, "planner (executor failed)")
-                    if out.get("status") == "STOP":
+                    if self._propose(values, "planner (executor scored none)", direct=True)["status"] == "STOP":
                         break
         return None
