@@ -138,13 +138,32 @@ def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float],
 
 
 class LayerTimeSource:
-    """Where layer times come from. Simulate mode: the analytical LayerModel."""
+    """Where layer times come from; this base is simulate mode (the analytical LayerModel).
+
+    Benchmark mode (oracle.benchmark.source.BenchmarkSource) overrides it with measured torch layers.
+    The same object is the Ray device scorers' timer (raytune_primus.actors.LayerTimer): ``shapes``
+    names what a run needs measured, ``measure`` times one shape, ``project`` scores a run from timings.
+    """
 
     name = "simulate"
     tag = "analytical"
+    mode = "simulate"
 
     def layer_model(self, L: Layout, comm: CommModel) -> LayerModel:
         return LayerModel(L, comm)
+
+    def shapes(self, run: RunConfig) -> list[str]:
+        """Layer shapes ``run`` needs measured (none: simulate mode measures nothing)."""
+        return []
+
+    def measure(self, shape: str, gpu_ids: Any = ()) -> Any:
+        raise BenchmarkError(f"simulate mode measures nothing (asked for {shape!r})")
+
+    def memory(self, run: RunConfig) -> Any:
+        return project_memory(run, trees="none")
+
+    def project(self, run: RunConfig, timings: Any = None, **kw: Any) -> Projection:
+        return project(run, mode=self.mode, source=self, **kw)
 
 
 def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
@@ -282,8 +301,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     if mode not in MODES:
         raise InvalidConfigError(f"mode={mode!r} is not one of {' | '.join(MODES)}")
     if mode != "simulate" and source is None:
-        raise BenchmarkError(f"mode={mode} needs benchmark mode (measured torch layer times), which is not "
-                             f"available in this version yet; use --mode simulate")
+        raise BenchmarkError(f"mode={mode} needs measured layer times: pass source=oracle.benchmark.source."
+                             f"BenchmarkSource() (the CLI does with --mode benchmark|both)")
     src = source or LayerTimeSource()
     t, m, hw = run.training, run.model, run.cluster.hardware
     n = run.cluster.num_gpus

@@ -33,6 +33,8 @@ def cmd_project(args: argparse.Namespace) -> int:
     from raytune_primus.report import projection_table
 
     run = RunConfig.load(args.config, args.set)
+    if args.mode != "simulate":
+        return _project_benchmark(args, run)
     proj = project(run, mode=args.mode)
     if args.compare_schedules or args.gantt:
         from raytune_primus.schedules import compare_schedules_table, draw_run_gantt
@@ -53,6 +55,49 @@ def cmd_project(args: argparse.Namespace) -> int:
         print(projection_table(proj))
         if args.gantt:
             print(f"\ngantt chart written to {args.gantt}")
+    return 0
+
+
+def benchmark_source(args: argparse.Namespace):
+    """The BenchmarkSource the --benchmark-gpus/--cache-dir/--no-cache/--repeats flags ask for."""
+    from oracle.benchmark import default_benchmark_gpus
+    from oracle.benchmark.source import BenchmarkSource
+    gpus = args.benchmark_gpus or default_benchmark_gpus()
+    return BenchmarkSource(benchmark_gpus=gpus, bencher_options={
+        "cache_dir": args.cache_dir, "use_cache": not args.no_cache, "repeats": args.repeats})
+
+
+def _project_benchmark(args: argparse.Namespace, run) -> int:
+    """--mode benchmark | both: measured layers (and, for both, simulate beside them per layer and op)."""
+    from oracle.benchmark.compare import side_by_side, side_by_side_text, upscale_text
+    from oracle.projector import project
+    from raytune_primus.report import projection_table
+
+    src = benchmark_source(args)
+    proj = src.project(run)
+    if args.mode == "benchmark":
+        if args.format == "json":
+            _print_json(proj.to_dict())
+        else:
+            print(projection_table(proj))
+            print()
+            print(upscale_text(proj.details["benchmark"]))
+        return 0
+    sim = project(run, mode="simulate")
+    rows = side_by_side(run, src)
+    if args.format == "json":
+        _print_json({"simulate": sim.to_dict(), "benchmark": proj.to_dict(), "layers": rows})
+        return 0
+    print("== simulate")
+    print(projection_table(sim))
+    print("\n== benchmark")
+    print(projection_table(proj))
+    print()
+    print(upscale_text(proj.details["benchmark"]))
+    print("\n== per layer and op at the target layout (benchmark upscaled), one micro-batch")
+    print(side_by_side_text(rows))
+    bt, st = proj.tokens_per_s_per_gpu, sim.tokens_per_s_per_gpu
+    print(f"\ntokens/s/GPU: simulate {st:,.1f}  benchmark {bt:,.1f}  (simulate/benchmark {st / bt:.2f})")
     return 0
 
 
@@ -204,6 +249,25 @@ def _usage(msg: str) -> _UsageError:
     return _UsageError(msg)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return v
+
+
+def add_benchmark_flags(p: argparse.ArgumentParser) -> None:
+    """Flags of benchmark mode (project --mode benchmark|both, e2e-cpu, hardware calibrate)."""
+    p.add_argument("--benchmark-gpus", type=_positive_int, metavar="N",
+                   help="devices the benchmark measures on (default: the GPUs present, 1 on a CPU-only machine)")
+    p.add_argument("--cache-dir", help="measurement cache folder (default ~/.cache/raytune-primus/bench)")
+    p.add_argument("--no-cache", action="store_true", help="re-measure every layer (neither read nor write the cache)")
+    p.add_argument("--repeats", type=_positive_int, default=7, help="timed repeats per layer (median; default 7)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raytune-primus", description="Project memory and throughput of distributed "
                                 "LLM training configurations, and search for the fastest memory-legal one.")
@@ -214,7 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     pj.add_argument("config", help="YAML or JSON config (sections model, cluster, training)")
     pj.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a key, e.g. training.tp=8 (repeatable)")
-    pj.add_argument("--mode", default="simulate", choices=["simulate", "benchmark", "both"])
+    pj.add_argument("--mode", default="simulate", choices=["simulate", "benchmark", "both"],
+                    help="simulate: analytical layer times; benchmark: torch layers timed on this machine's "
+                    "device (downscale-measure-upscale); both: side by side per layer and op")
+    add_benchmark_flags(pj)
     pj.add_argument("--format", default="table", choices=["table", "json"])
     pj.add_argument("--compare-schedules", action="store_true", help="project every applicable pipeline schedule")
     pj.add_argument("--gantt", metavar="FILE.png", help="draw the pipeline schedule")

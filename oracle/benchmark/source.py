@@ -1,0 +1,289 @@
+"""Benchmark mode's layer-time source: measured torch layers, restored to the target analytically.
+
+:class:`BenchmarkSource` is the benchmark implementation of :class:`oracle.projector.LayerTimeSource`
+(the simulate implementation prices layers with oracle.compute). Phases (paper Algorithm 1):
+
+1. downscale the target to ``benchmark_gpus`` (oracle.scaling: PP, then EP with experts/rank kept, then TP);
+2. measure one layer per distinct type (dense / moe, window or not) plus embedding and output at the
+   downscaled shape on the local device (each rank's shard is timed in one process: every rank of a
+   balanced layout does the same work), and the Adam step per parameter;
+3. upscale: TP-split ops rescaled by bench_tp / target_tp (expert ops by bench_etp / target_etp), fp8
+   GEMM ops by the profile's bf16/fp8 throughput ratio; every collective priced by the communication
+   model at the target (no collective is measured by a single-process benchmark, so the EP delta is the
+   whole target A2A); PP restored by re-simulating the target schedule from the measured per-layer times.
+
+Torch is imported only when something is measured.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from oracle.benchmark.measurement import Measurement
+from oracle.benchmark.spec import LayerSpec, layer_spec, run_layer_specs
+from oracle.compute import LayerCost, LayerModel
+from oracle.config import RunConfig
+from oracle.errors import BenchmarkError
+from oracle.layout import Layout
+from oracle.projector import LayerTimeSource, project
+from oracle.scaling import BenchPlan, downscale
+
+# op groups for the upscale rescale (names as oracle.benchmark.torch_layers.OP_NAMES; kept here so this
+# module needs no torch)
+GEMM_OPS = ("qkv", "attn_out", "mlp_up", "mlp_down", "experts_up", "experts_down", "shared_mlp")
+EXPERT_OPS = ("permute", "experts_up", "experts_act", "experts_down", "unpermute")
+REPLICATED_OPS = ("router",)
+
+
+def fp8_speedup(run: RunConfig) -> float:
+    """Achievable fp8 / bf16 GEMM throughput of the target profile (peak ratio x efficiency ratio); 1 for bf16."""
+    hw = run.cluster.hardware
+    if run.training.precision != "fp8" or not hw.supports("fp8"):
+        return 1.0
+    e = hw.efficiency
+    return (hw.peak_flops_per_s["fp8"] * e.gemm_fp8) / (hw.peak_flops_per_s["bf16"] * e.gemm_bf16)
+
+
+class Bencher:
+    """Measures layer specs on the local device through the on-disk cache (imports torch)."""
+
+    def __init__(self, *, cache_dir: str | None = None, use_cache: bool = True, warmup: int = 2, repeats: int = 7,
+                 per_op: bool = True, device: str | None = None) -> None:
+        try:
+            import torch
+        except ImportError as exc:  # pragma: no cover - torch is a dependency of benchmark mode
+            raise BenchmarkError("benchmark mode needs torch (pip install torch)") from exc
+        from oracle.benchmark import timing
+        from oracle.benchmark.cache import MeasurementCache
+        self._timing = timing
+        self.device = torch.device(device) if device else timing.default_device()
+        self.settings = timing.TimingSettings(warmup=warmup, repeats=repeats, per_op=per_op)
+        self.cache = MeasurementCache(cache_dir) if use_cache else None
+        self.device_name = timing.device_name(self.device)
+        self.versions = timing.software_versions()
+        self.measured: list[str] = []
+
+    def measure(self, spec: LayerSpec) -> Measurement:
+        settings = dataclasses.asdict(self.settings)
+        key = None
+        if self.cache is not None:
+            key = self.cache.key(self.device_name, self.versions, spec.key(), settings)
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit
+        m = self._timing.measure_spec(spec, device=self.device, settings=self.settings)
+        self.measured.append(spec.label())
+        if self.cache is not None and key is not None:
+            self.cache.put(key, m, {"device": self.device_name, "versions": self.versions, "spec": spec.key(),
+                                    "settings": settings})
+        return m
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Scaled:
+    raw: Measurement
+    f_s: float
+    b_s: float
+    w_s: float
+    attn_f_s: float
+    factor: float
+    """Upscaled / measured compute (TP/ETP rescale and fp8 GEMM speed-up combined)."""
+
+
+class MeasuredLayerModel:
+    """LayerModel interface (layer / embedding / output) over measured times; comm from the analytical model."""
+
+    def __init__(self, layout: Layout, comm: Any, source: "BenchmarkSource") -> None:
+        self.L, self.comm, self.src = layout, comm, source
+        self.run = layout.run
+        self.sim = LayerModel(layout, comm)
+        self.plan = source.plan(self.run)
+        self.fp8 = fp8_speedup(self.run)
+        self.scaled: dict[tuple[str, int | None], _Scaled] = {}
+
+    def _op_factor(self, op: str) -> float:
+        f = 1.0
+        if op in EXPERT_OPS:
+            f *= self.plan.etp_compute_scale
+        elif op not in REPLICATED_OPS:
+            f *= self.plan.tp_compute_scale
+        if op in GEMM_OPS:
+            f /= self.fp8
+        return f
+
+    def _scale(self, kind: str, window: int | None) -> _Scaled:
+        key = (kind, window)
+        hit = self.scaled.get(key)
+        if hit is not None:
+            return hit
+        m = self.src.get(layer_spec(self.run.model, self.run, self.plan, kind, window))
+        if m.ops:
+            raw = sum(o.total_s for o in m.ops.values())
+            up = sum(o.total_s * self._op_factor(k) for k, o in m.ops.items())
+            factor = up / raw if raw > 0 else self.plan.tp_compute_scale
+            attn = m.ops["attn_core"].f_s * self._op_factor("attn_core") if "attn_core" in m.ops else 0.0
+        else:
+            factor, attn = self.plan.tp_compute_scale / (self.fp8 if self.fp8 != 1 else 1.0), 0.0
+        s = _Scaled(m, m.f_s * factor, m.b_s * factor, m.w_s * factor, attn, factor)
+        self.scaled[key] = s
+        return s
+
+    def layer(self, kind: str, window: int | None = None) -> LayerCost:
+        s = self._scale(kind, window)
+        c = self.sim.layer(kind, window)
+        # measured compute replaces the analytical; collectives stay analytical at the target; the MoE
+        # dispatcher's host sync is inside the measured forward (framework overhead is measured, Sec. 3.1)
+        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s, host_f_s=0.0)
+
+    def embedding(self) -> tuple[float, float]:
+        m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "embedding"))
+        return m.f_s, m.b_s
+
+    def output(self) -> tuple[float, float, float]:
+        m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "output"))
+        k = self.plan.tp_compute_scale
+        return m.f_s * k, m.b_s * k, m.w_s * k
+
+
+class BenchmarkSource(LayerTimeSource):
+    """Measured layer times (benchmark mode). ``timings`` (spec key -> Measurement or its dict) are used as
+    given; missing ones are measured by ``bencher`` (created on first need unless ``measure=False``)."""
+
+    name = "benchmark"
+    tag = "measured"
+    mode = "benchmark"
+
+    def __init__(self, *, benchmark_gpus: int = 1, timings: Mapping[str, Any] | None = None,
+                 bencher: Bencher | None = None, measure: bool = True, bencher_options: Mapping[str, Any] | None = None
+                 ) -> None:
+        if benchmark_gpus < 1:
+            raise BenchmarkError(f"benchmark_gpus={benchmark_gpus} must be >= 1")
+        self.benchmark_gpus = int(benchmark_gpus)
+        self.timings: dict[str, Measurement] = {k: v if isinstance(v, Measurement) else Measurement.from_dict(v)
+                                                for k, v in (timings or {}).items()}
+        self._bencher = bencher
+        self._measure = measure
+        self._bencher_options = dict(bencher_options or {})
+
+    def __getstate__(self) -> dict[str, Any]:  # travels to device actors without its torch state
+        d = dict(self.__dict__)
+        d["_bencher"] = None
+        return d
+
+    # ------------------------------------------------------------------ measurements
+    @property
+    def bencher(self) -> Bencher:
+        if self._bencher is None:
+            self._bencher = Bencher(**self._bencher_options)
+        return self._bencher
+
+    def plan(self, run: RunConfig) -> BenchPlan:
+        return downscale(run, self.benchmark_gpus)
+
+    def specs(self, run: RunConfig) -> dict[tuple[str, int | None], LayerSpec]:
+        return run_layer_specs(run, self.plan(run))
+
+    def get(self, spec: LayerSpec) -> Measurement:
+        key = spec.key()
+        m = self.timings.get(key)
+        if m is None:
+            if not self._measure:
+                raise BenchmarkError(f"no measurement of {spec.label()} (shape {key})")
+            m = self.timings[key] = self.bencher.measure(spec)
+        return m
+
+    # LayerTimer protocol (raytune_primus.actors): shapes are spec keys, a measurement is a plain dict
+    def shapes(self, run: RunConfig) -> list[str]:
+        return [s.key() for s in self.specs(run).values()]
+
+    def measure(self, shape: str, gpu_ids: Any = ()) -> dict[str, Any]:
+        return self.get(LayerSpec.from_key(shape)).to_dict()
+
+    def with_timings(self, timings: Mapping[str, Any]) -> "BenchmarkSource":
+        new = BenchmarkSource(benchmark_gpus=self.benchmark_gpus, timings={**self.timings, **timings},
+                              measure=False)
+        return new
+
+    def memory(self, run: RunConfig) -> Any:
+        from oracle.memory import project_memory
+        return project_memory(run, trees="none")
+
+    # ------------------------------------------------------------------ LayerTimeSource
+    def layer_model(self, L: Layout, comm: Any) -> MeasuredLayerModel:
+        return MeasuredLayerModel(L, comm, self)
+
+    def optimizer_rate_s_per_param(self, run: RunConfig) -> float | None:
+        """Adam step seconds per parameter, measured on the largest measured layer (paper Sec. 3.1: the
+        optimizer step is measured on the benchmark, falling back to the analytical HBM model)."""
+        best = None
+        for spec in self.specs(run).values():
+            m = self.get(spec)
+            if m.optimizer_s_per_param is not None and (best is None or m.params > best.params):
+                best = m
+        return best.optimizer_s_per_param if best is not None else None
+
+    def _measured_optimizer(self, run: RunConfig, proj: Any) -> Any:
+        """``proj`` with the analytical optimizer step replaced by the measured rate x the critical rank's shard."""
+        from oracle.memory import rank_param_counts
+        rate = self.optimizer_rate_s_per_param(run)
+        if rate is None:
+            return proj
+        t = run.training
+        L = Layout(run)
+        dense_p, expert_p = rank_param_counts(run, proj.details["critical_rank"])
+        sharded = t.use_distributed_optimizer or t.fsdp
+        params = dense_p / (L.dp * t.cp) if sharded else dense_p
+        params += expert_p / L.edp if sharded else expert_p
+        bd = proj.breakdown
+        opt_s = rate * params
+        it = proj.iteration_time_s - bd.optimizer_s + opt_s
+        k = proj.iteration_time_s / it
+        bd = dataclasses.replace(bd, optimizer_s=opt_s, sources={**bd.sources, "optimizer": "measured"})
+        return dataclasses.replace(proj, iteration_time_s=it, tokens_per_s_per_gpu=proj.tokens_per_s_per_gpu * k,
+                                   tflops_per_gpu=proj.tflops_per_gpu * k, mfu=proj.mfu * k, breakdown=bd)
+
+    def project(self, run: RunConfig, timings: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        """Projection of ``run`` from measured layers, with ``details['benchmark']``: the downscale plan,
+        each measured layer and its upscale factor, and every analytical term added on top."""
+        src = self.with_timings(timings) if timings else self
+        proj = src._measured_optimizer(run, project(run, mode="benchmark", source=src, **kw))
+        proj.details["benchmark"] = src.report(run, proj)
+        return proj
+
+    def report(self, run: RunConfig, proj: Any) -> dict[str, Any]:
+        plan = self.plan(run)
+        lm = MeasuredLayerModel(Layout(run), None, self)
+        layers = {}
+        for (kind, window), spec in self.specs(run).items():
+            m = self.get(spec)
+            entry: dict[str, Any] = {"shape": spec.label(), "measured_f_s": m.f_s, "measured_b_s": m.b_s,
+                                     "measured_w_s": m.w_s, "device": m.device, "spread": m.spread}
+            if kind in ("dense", "moe"):
+                s = lm._scale(kind, window)
+                entry.update(upscale_factor=s.factor, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s,
+                             ops={k: {"f_s": o.f_s, "b_s": o.b_s, "w_s": o.w_s} for k, o in m.ops.items()})
+            layers[f"{kind}" + (f"/window={window}" if window else "")] = entry
+        bd = proj.breakdown
+        comm = {c.kind: {"total_s": c.total_s, "exposed_s": c.exposed_s} for c in bd.comm}
+        return {
+            "plan": plan.to_dict(),
+            "layers": layers,
+            "fp8_gemm_speedup": fp8_speedup(run),
+            "fp8_note": ("fp8 GEMMs timed in bf16 and divided by the profile's fp8/bf16 achievable GEMM "
+                         "throughput ratio") if run.training.precision == "fp8" else "",
+            "upscale": {
+                "measured_compute_s": bd.compute_s,
+                "pp_bubble_s": bd.bubble_s,
+                "pp_note": f"target schedule {run.training.schedule} re-simulated from measured layer times"
+                           if run.training.pp > 1 else "",
+                "tp_compute_scale": plan.tp_compute_scale,
+                "etp_compute_scale": plan.etp_compute_scale,
+                "ep_a2a_delta_s": comm.get("ep_a2a", {}).get("exposed_s", 0.0),
+                "tp_comm_s": comm.get("tp", {}).get("exposed_s", 0.0),
+                "comm_terms": comm,
+                "note": "single-process benchmark: no collective is measured, every comm term is the analytical "
+                        "model's at the target (A2A(bench) = 0, so the EP delta is the whole target A2A)",
+            },
+            "optimizer_s": bd.optimizer_s,
+        }

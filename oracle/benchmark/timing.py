@@ -1,0 +1,208 @@
+"""Time a layer (and each of its ops) with torch: warm-up, device synchronisation, median of repeats.
+
+Forward is timed with autograd recording (a training forward saves activations). B is
+``torch.autograd.grad`` to the layer input only, B+W to input and parameters, both on a retained graph
+of the same forward; W = (B+W) - B. Runs interleave F, B, B+W so machine noise hits all three alike.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from oracle.benchmark import torch_layers as tl
+from oracle.benchmark.measurement import Measurement, OpTime
+from oracle.benchmark.spec import LayerSpec
+from oracle.errors import BenchmarkError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimingSettings:
+    warmup: int = 2
+    repeats: int = 7
+    per_op: bool = True
+    optimizer: bool = True
+
+
+def default_device() -> torch.device:
+    """CUDA (also ROCm's HIP build, which answers torch.cuda) when present, else CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu} ({torch.get_num_threads()} threads)"
+
+
+def software_versions() -> dict[str, str]:
+    v = {"torch": torch.__version__}
+    if torch.version.cuda:
+        v["cuda"] = torch.version.cuda
+    if getattr(torch.version, "hip", None):
+        v["hip"] = str(torch.version.hip)
+    if torch.backends.cudnn.is_available() and torch.cuda.is_available():
+        v["cudnn"] = str(torch.backends.cudnn.version())
+    return v
+
+
+def supports_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return True
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _clock(device: torch.device, fn: Callable[[], object]) -> tuple[float, object]:
+    _sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return time.perf_counter() - t0, out
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _time_fbw(device: torch.device, forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor],
+              params: Sequence[torch.Tensor], s: TimingSettings) -> tuple[float, float, float, float]:
+    """(f, b, w, spread) medians of a callable whose output depends on ``inputs`` and ``params``."""
+    fs, bs, ws, tot = [], [], [], []
+    need_in = [t for t in inputs if t.requires_grad]
+    every = need_in + [p for p in params if p.requires_grad]
+    for i in range(s.warmup + s.repeats):
+        tf, out = _clock(device, forward)
+        g = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
+        tb = tbw = 0.0
+        if every and out.requires_grad:
+            if need_in:
+                tb, _ = _clock(device, lambda: torch.autograd.grad(out, need_in, g, retain_graph=True, allow_unused=True))
+            tbw, _ = _clock(device, lambda: torch.autograd.grad(out, every, g, allow_unused=True))
+        del out, g
+        if i >= s.warmup:
+            fs.append(tf)
+            bs.append(tb)
+            ws.append(max(0.0, tbw - tb) if need_in else tbw)
+            tot.append(tf + max(tb, tbw))
+    med = statistics.median(tot)
+    spread = (max(tot) - min(tot)) / med if med > 0 else 0.0
+    return statistics.median(fs), statistics.median(bs), statistics.median(ws), spread
+
+
+def _layer_inputs(spec: LayerSpec, device: torch.device, dt: torch.dtype) -> list[torch.Tensor]:
+    if spec.kind == "embedding":
+        return [torch.randint(0, spec.vocab, (spec.mbs, spec.seq_q), device=device)]
+    x = torch.randn(spec.mbs, spec.seq_q, spec.hidden, device=device, dtype=dt, requires_grad=True)
+    if spec.kind == "output":
+        return [x, torch.randint(0, spec.vocab, (spec.mbs, spec.seq_q), device=device)]
+    return [x]
+
+
+def _capture_op_inputs(layer: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> dict[str, tuple]:
+    ops = tl.named_ops(layer)
+    seen: dict[str, tuple] = {}
+    hooks = []
+    for name, mod in ops.items():
+        def hook(_m, args, name=name):
+            seen.setdefault(name, tuple(a.detach().clone() for a in args))
+        hooks.append(mod.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            layer(*inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: seen[name] for name in ops if name in seen}
+
+
+def _time_optimizer(device: torch.device, params: Sequence[torch.nn.Parameter], s: TimingSettings) -> float | None:
+    """Adam step on fp32 master copies of ``params`` plus the write-back into the model's dtype, per parameter."""
+    n = sum(p.numel() for p in params)
+    if n == 0:
+        return None
+    master = [p.detach().float().clone().requires_grad_(True) for p in params]
+    for m in master:
+        m.grad = torch.randn_like(m)
+    kw = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    opt = torch.optim.Adam(master, lr=1e-4, **kw)
+
+    def step() -> None:
+        opt.step()
+        with torch.no_grad():
+            torch._foreach_copy_([p.data for p in params], master)
+
+    times = [_clock(device, step)[0] for _ in range(s.warmup + s.repeats)][s.warmup:]
+    return statistics.median(times) / n
+
+
+def measure_spec(spec: LayerSpec, *, device: torch.device | None = None, settings: TimingSettings | None = None
+                 ) -> Measurement:
+    """Build ``spec`` on ``device`` and time it; a layer that cannot be built or runs out of memory raises
+    BenchmarkError naming the layer and its shape."""
+    dev = device or default_device()
+    s = settings or TimingSettings()
+    dt = tl.torch_dtype(spec.dtype)
+    if dt == torch.bfloat16 and not supports_bf16(dev):
+        raise BenchmarkError(f"{spec.label()}: {device_name(dev)} does not support bf16")
+    try:
+        torch.manual_seed(0)
+        layer = tl.build(spec, dev)
+    except Exception as exc:
+        if _is_oom(exc):
+            raise BenchmarkError(f"{spec.label()}: out of memory building the layer on {device_name(dev)} "
+                                 f"(shape {spec.key()})") from exc
+        raise BenchmarkError(f"cannot build layer {spec.label()} (shape {spec.key()}): "
+                             f"{type(exc).__name__}: {exc}") from exc
+    try:
+        inputs = _layer_inputs(spec, dev, dt)
+        params = [p for p in layer.parameters() if p.requires_grad]
+        f, b, w, spread = _time_fbw(dev, lambda: layer(*inputs), inputs, params, s)
+        if spec.kind == "embedding":  # no input gradient: the whole backward is the weight scatter-add
+            f, b, w = f, w, 0.0
+        ops: dict[str, OpTime] = {}
+        if s.per_op and spec.kind in ("dense", "moe"):
+            for name, args in _capture_op_inputs(layer, inputs).items():
+                mod = tl.named_ops(layer)[name]
+                op_in = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+                of, ob, ow, _ = _time_fbw(dev, lambda mod=mod, op_in=op_in: mod(*op_in), op_in,
+                                          [p for p in mod.parameters() if p.requires_grad], s)
+                ops[name] = OpTime(f_s=of, b_s=ob, w_s=ow)
+        opt = _time_optimizer(dev, params, s) if s.optimizer else None
+        return Measurement(spec_key=spec.key(), f_s=f, b_s=b, w_s=w, ops=ops,
+                           params=sum(p.numel() for p in params), optimizer_s_per_param=opt,
+                           device=device_name(dev), repeats=s.repeats, spread=spread)
+    except BenchmarkError:
+        raise
+    except Exception as exc:
+        if _is_oom(exc):
+            raise BenchmarkError(f"{spec.label()}: out of memory on {device_name(dev)} (shape {spec.key()}); "
+                                 f"a smaller mbs or more TP/EP would fit") from exc
+        raise BenchmarkError(f"timing layer {spec.label()} failed (shape {spec.key()}): "
+                             f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        del layer
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def threads_note() -> str:
+    return f"torch threads={torch.get_num_threads()} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"
