@@ -18,8 +18,9 @@ from typing import Any, Literal
 import yaml
 
 from oracle.errors import InvalidConfigError, PrimusError
-from oracle.hardware import DEFAULT_MEMORY_MARGIN, HardwareProfile, load_hardware
-from oracle.model_card import ModelCard, load_model
+from oracle.hardware import (DEFAULT_MEMORY_MARGIN, HardwareProfile, bundled_hardware, load_hardware, profile_from_dict,
+                             profile_to_dict)
+from oracle.model_card import ModelCard, bundled_models, load_model
 from oracle.schema import from_dict, to_dict, unknown_key_problems
 from oracle.yamlio import load_mapping
 
@@ -201,8 +202,15 @@ class RunConfig:
             problems += exc.problems
         hw = None
         if "hardware" in cl:
-            if not isinstance(cl["hardware"], str):
-                problems.append(f"{where}.cluster.hardware must be a profile name or a path, got {cl['hardware']!r}")
+            if isinstance(cl["hardware"], dict):  # an inline profile (what to_dict writes for a user profile)
+                try:
+                    hw = profile_from_dict(cl["hardware"], str(cl["hardware"].get("name", "inline")),
+                                           where=f"{where}.cluster.hardware")
+                except PrimusError as exc:
+                    problems.append(str(exc))
+            elif not isinstance(cl["hardware"], str):
+                problems.append(f"{where}.cluster.hardware must be a profile name, a path or an inline profile, "
+                                f"got {cl['hardware']!r}")
             else:
                 try:
                     hw = load_hardware(cl["hardware"])
@@ -225,7 +233,8 @@ class RunConfig:
             raise InvalidConfigError(problems)
         run = cls(model=model, cluster=Cluster(hardware=hw, num_gpus=num_gpus,  # type: ignore[arg-type]
                                                memory_margin=float(margin)),
-                  training=training, model_ref=model_ref, hardware_ref=cl["hardware"])  # type: ignore[arg-type]
+                  training=training, model_ref=model_ref,  # type: ignore[arg-type]
+                  hardware_ref=cl["hardware"] if isinstance(cl["hardware"], str) else hw.name)  # type: ignore[union-attr]
         if check:
             run.check()
         return run
@@ -245,21 +254,60 @@ class RunConfig:
 
     # ------------------------------------------------------------------ views
     def to_dict(self) -> dict[str, Any]:
-        """Plain mapping that ``from_dict`` round-trips (model/hardware by reference)."""
+        """Plain mapping that ``from_dict`` round-trips: a bundled card or profile by its name when this
+        run holds exactly the bundled content, any other (a file, an inline or an edited one) inline."""
         t = to_dict(self.training)
-        cluster: dict[str, Any] = {"hardware": self.hardware_ref or self.cluster.hardware.name,
-                                   "num_gpus": self.cluster.num_gpus}
-        if self.cluster.memory_margin != DEFAULT_MEMORY_MARGIN:  # keeps keys of default runs unchanged
+        hw = self.cluster.hardware
+        hw_name = self.hardware_ref if self.hardware_ref in bundled_hardware() else hw.name
+        cluster: dict[str, Any] = {
+            "hardware": hw_name if _is_bundled(hw_name, hw, bundled_hardware, load_hardware) else profile_to_dict(hw),
+            "num_gpus": self.cluster.num_gpus}
+        if self.cluster.memory_margin != DEFAULT_MEMORY_MARGIN:
             cluster["memory_margin"] = self.cluster.memory_margin
-        return {"model": self.model_ref or self.model.name, "cluster": cluster, "training": t}
+        m_name = self.model_ref if self.model_ref in bundled_models() else self.model.name
+        model = m_name if _is_bundled(m_name, self.model, bundled_models, load_model) else self.model.to_dict()
+        return {"model": model, "cluster": cluster, "training": t}
 
     def key(self) -> str:
-        """Stable short name of this configuration (for ledgers and trial names)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        """Stable short name of this configuration (for ledgers and trial names): a hash of the card's and
+        the profile's content (not of the names they were loaded by), the cluster size and the training."""
+        cluster: dict[str, Any] = {"hardware": hardware_digest(self.cluster.hardware),
+                                   "num_gpus": self.cluster.num_gpus}
+        if self.cluster.memory_margin != DEFAULT_MEMORY_MARGIN:
+            cluster["memory_margin"] = self.cluster.memory_margin
+        blob = json.dumps({"model": model_digest(self.model), "cluster": cluster, "training": to_dict(self.training)},
+                          sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     def with_training(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, training=self.training.replace(**changes))
+
+
+_DOC_ONLY_CARD_KEYS = frozenset({"name", "family", "sources", "notes", "published_params_billion",
+                                 "published_active_params_billion"})
+_DOC_ONLY_PROFILE_KEYS = frozenset({"name", "description", "sources", "efficiency_sources"})
+
+
+def _digest(data: dict[str, Any], skip: frozenset[str]) -> str:
+    blob = json.dumps({k: v for k, v in data.items() if k not in skip}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def model_digest(card: ModelCard) -> str:
+    """Hash of everything in a card that a projection reads (names, citations and notes left out)."""
+    return _digest(card.to_dict(), _DOC_ONLY_CARD_KEYS)
+
+
+def hardware_digest(hw: HardwareProfile) -> str:
+    """Hash of everything in a profile that a projection reads (human units, 12 significant digits)."""
+    data = profile_to_dict(hw)
+    data["efficiency"] = {k: v["value"] for k, v in data["efficiency"].items()}  # values, not their citations
+    return _digest(data, _DOC_ONLY_PROFILE_KEYS)
+
+
+def _is_bundled(name: str, held: Any, names: Any, load: Any) -> bool:
+    """``held`` is exactly the bundled component ``name`` (so the name alone identifies it)."""
+    return name in names() and load(name) == held
 
 
 def _parse_scalar(text: str) -> Any:

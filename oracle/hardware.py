@@ -290,6 +290,39 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     )
 
 
+def _human(x: float, unit: float) -> float:
+    """SI -> the YAML's human unit, rounded to 12 significant digits so a round trip is stable."""
+    return float(f"{x / unit:.12g}")
+
+
+def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
+    """The profile as a YAML mapping in human units; ``profile_from_dict`` of it gives the same profile."""
+    scale_up: dict[str, Any] = {"domain_size": hw.scale_up_domain_size, "topology": hw.scale_up_topology,
+                                "bandwidth_gb_per_s": _human(hw.scale_up_bandwidth_bytes_per_s, GB),
+                                "latency_us": _human(hw.scale_up_latency_s, US)}
+    ranks = getattr(hw, "scale_up_ranks_per_domain", None)  # optional field (partial scale-up domains)
+    if ranks:
+        scale_up["ranks_per_domain"] = ranks
+    network: dict[str, Any] = {
+        "gpus_per_node": hw.gpus_per_node, "scale_up": scale_up,
+        "scale_out": {"bandwidth_gb_per_s": _human(hw.scale_out_bandwidth_bytes_per_s, GB),
+                      "latency_us": _human(hw.scale_out_latency_s, US)}}
+    if hw.pod_size:
+        network["inter_pod"] = {"pod_size": hw.pod_size,
+                                "bandwidth_gb_per_s": _human(hw.inter_pod_bandwidth_bytes_per_s, GB),
+                                "latency_us": _human(hw.inter_pod_latency_s, US)}
+    efficiency = {f.name: {"value": getattr(hw.efficiency, f.name),
+                           "source": hw.efficiency_sources.get(f.name) or "round-tripped profile"}
+                  for f in dataclasses.fields(Efficiency)}
+    return {"name": hw.name, "vendor": hw.vendor, "arch": hw.arch, "description": hw.description,
+            "compute": {"peak_tflops": {k: _human(v, TFLOPS) for k, v in hw.peak_flops_per_s.items()},
+                        "num_compute_units": hw.num_compute_units},
+            "memory": {"hbm_capacity_gib": _human(hw.hbm_capacity_bytes, GIB),
+                       "hbm_bandwidth_gb_per_s": _human(hw.hbm_bandwidth_bytes_per_s, GB),
+                       "runtime_reserved_gib": _human(hw.runtime_reserved_bytes, GIB)},
+            "network": network, "efficiency": efficiency, "sources": dict(hw.sources)}
+
+
 def _parse_bundled(path: Path, name: str) -> HardwareProfile:
     return profile_from_dict(load_mapping(path, "hardware profile"), name)
 

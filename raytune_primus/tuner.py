@@ -105,7 +105,7 @@ class PrimusSearcher(Searcher):
             ledger = Ledger(self.ledger_path)
             book = TrialBook(budget=self.budget, run_id=self.run_id, searcher=self.searcher_name, seed=self.seed,
                              oracle_mode=self.evaluator.mode, experiment=exp.name, ledger=ledger,
-                             oracle_version=evaluator_version(self.evaluator))
+                             oracle_version=evaluator_version(self.evaluator, exp.baseline))
             inner = make_searcher(self.searcher_name, exp.space, seed=self.seed, **self.options)
             gate = PreFilter(inner, self.evaluator, book)
             book.pending = len(self.pending)
@@ -353,7 +353,7 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     exp_path = results / TUNE_DIR
     spec = {"experiment": exp.name, "space": exp.space.fingerprint, "searcher": searcher or exp.searcher,
             "seed": exp.seed if seed is None else int(seed), "budget": exp.budget if budget is None else int(budget),
-            "oracle_mode": evaluator.mode, "oracle_version": evaluator_version(evaluator)}
+            "oracle_mode": evaluator.mode, "oracle_version": evaluator_version(evaluator, exp.baseline)}
     restored = bool(restore and tune.Tuner.can_restore(str(exp_path)))
     spec_path = results / "tune_spec.json"
     if restored:

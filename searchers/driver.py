@@ -99,7 +99,8 @@ def run_search(experiment: Experiment | str | Path, searcher_name: str | None = 
     ledger = Ledger(ledger_path) if ledger_path is not None else None
     run_id = run_id or f"{exp.name}/{name}/seed{seed}"
     book = TrialBook(budget=budget, run_id=run_id, searcher=name, seed=seed, oracle_mode=evaluator.mode,
-                     experiment=exp.name, ledger=ledger, oracle_version=evaluator_version(evaluator))
+                     experiment=exp.name, ledger=ledger,
+                     oracle_version=evaluator_version(evaluator, exp.baseline))
     t0 = time.perf_counter()
     inner = make_searcher(name, exp.space, seed=seed, **opts)
     gate = PreFilter(inner, evaluator, book, max_stale=max_stale)

@@ -65,11 +65,27 @@ def oracle_fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
-def evaluator_version(evaluator: Any) -> str | None:
+def user_components_tag(run: RunConfig) -> str:
+    """Content hash of the model card and hardware profile of ``run`` that are not bundled ('' when both
+    are): the oracle fingerprint covers bundled files only, and a user card can change between runs."""
+    from oracle.config import hardware_digest, model_digest
+    d = run.to_dict()
+    parts = [f"model:{model_digest(run.model)}" if isinstance(d["model"], dict) else "",
+             f"hardware:{hardware_digest(run.cluster.hardware)}" if isinstance(d["cluster"]["hardware"], dict) else ""]
+    if not any(parts):
+        return ""
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:8]
+
+
+def evaluator_version(evaluator: Any, run: RunConfig | None = None) -> str | None:
     """What a ledger row records as ``oracle_version``: the evaluator's ``version`` (None: unversioned,
-    e.g. a synthetic test oracle)."""
+    e.g. a synthetic test oracle), plus ``+TAG`` for the user cards/profiles ``run`` uses
+    (:func:`user_components_tag`), so a resume after editing a custom card refuses the stale rows."""
     v = getattr(evaluator, "version", None)
-    return None if v is None else str(v)
+    if v is None:
+        return None
+    tag = user_components_tag(run) if run is not None else ""
+    return f"{v}+{tag}" if tag else str(v)
 
 
 class OracleEvaluator:
