@@ -18,8 +18,22 @@ TILES: tuple[tuple[int, int, float], ...] = ((256, 128, 1.0), (128, 256, 1.0), (
 ATTN_BLOCK_Q = 128  # FlashAttention-2/3 query block per thread block (Dao 2023; Shah et al. 2024)
 
 
+# operand bytes per element; NVFP4 = 4-bit values + one fp8 scale per 16 (NVIDIA Blackwell NVFP4 format)
+ELEM_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+
+
 def _dtype_peak(hw: HardwareProfile, dtype: str) -> float:
     return hw.peak_flops_per_s[dtype] if dtype in hw.peak_flops_per_s else hw.peak_flops_per_s["bf16"]
+
+
+def _runnable(hw: HardwareProfile, dtype: str) -> str:
+    """The precision a GEMM actually runs in on this part (fp4 -> fp8 -> bf16 where unsupported or unfitted)."""
+    e = hw.efficiency
+    if dtype == "fp4" and ("fp4" not in hw.peak_flops_per_s or e.gemm_fp4 <= 0):
+        dtype = "fp8"
+    if dtype == "fp8" and ("fp8" not in hw.peak_flops_per_s or e.gemm_fp8 <= 0):
+        dtype = "bf16"
+    return dtype if dtype in ("fp8", "fp4") else "bf16"
 
 
 @lru_cache(maxsize=65536)
@@ -33,8 +47,9 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
     e = hw.efficiency
-    max_eff = e.gemm_fp8 if dtype == "fp8" and "fp8" in hw.peak_flops_per_s else e.gemm_bf16
-    peak_per_unit = _dtype_peak(hw, dtype if dtype == "fp8" else "bf16") / hw.num_compute_units
+    dtype = _runnable(hw, dtype)
+    max_eff = {"fp8": e.gemm_fp8, "fp4": e.gemm_fp4}.get(dtype, e.gemm_bf16)
+    peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
     best = float("inf")
     for tm, tn, tile_eff in TILES:
@@ -42,7 +57,7 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
         waves = ceil(tiles / hw.num_compute_units)
         t = waves * (2.0 * tm * tn * k) / (peak_per_unit * max_eff * tile_eff * k_factor)
         best = min(best, t)
-    elem = 1 if dtype == "fp8" else 2
+    elem = ELEM_BYTES.get(dtype, 2)
     bytes_moved = groups * ((m * k + k * n) * elem + m * n * 2)
     mem_t = bytes_moved / (hw.hbm_bandwidth_bytes_per_s * e.hbm)
     return max(best, mem_t, e.kernel_launch_s)

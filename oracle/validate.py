@@ -66,8 +66,25 @@ def config_identity(row: dict[str, str]) -> tuple:
     """What ran: every configuration column plus the FP8 recipe the notes state (one configuration
     published in several releases has one identity; current-scaling vs MXFP8 are two)."""
     recipe = _RECIPE.search(row.get("notes") or "")
-    cells = tuple(sorted((k, (v or "").strip()) for k, v in row.items() if k is not None and k not in _NOT_CONFIG))
+    cells = tuple(sorted((k, _norm_cell(k, v)) for k, v in row.items() if k is not None and k not in _NOT_CONFIG))
     return cells + (("fp8_recipe", recipe.group(1) if recipe else ""),)
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainingConfig) if f.default is not dataclasses.MISSING}
+
+
+def _norm_cell(key: str, value: str | None) -> str:
+    """A cell as what it means: an empty cell is the config default; booleans and numbers in one spelling."""
+    v = (value or "").strip().lower()
+    if v == "" and key in _DEFAULTS:
+        v = str(_DEFAULTS[key]).lower()
+    if isinstance(_DEFAULTS.get(key), bool) and v in ("0", "1", "false", "true", "no", "yes"):
+        v = "true" if v in ("1", "true", "yes") else "false"
+    try:
+        v = repr(float(v)) if v not in ("", "nan", "inf", "-inf") else v
+    except ValueError:
+        pass
+    return v
 
 
 def newest_flags(rows: list[dict[str, str]]) -> list[bool]:
