@@ -134,7 +134,8 @@ class MeasuredLayerModel:
         c = self.sim.layer(kind, window)
         # measured compute replaces the analytical; collectives stay analytical at the target; the MoE
         # dispatcher's host sync is inside the measured forward (framework overhead is measured, Sec. 3.1)
-        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s, host_f_s=0.0)
+        host = {f: 0.0 for f in ("host_f_s", "host_b_s") if hasattr(c, f)}
+        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s, **host)
 
     def embedding(self) -> tuple[float, float]:
         m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "embedding"))
