@@ -6,7 +6,8 @@ A profile YAML (see ``hardware/h100-sxm.yaml``) has these sections::
     compute:   peak_tflops {bf16, fp16, fp8, fp32 ...} (dense), num_compute_units
     memory:    hbm_capacity_gib, hbm_bandwidth_gb_per_s, runtime_reserved_gib
     network:   gpus_per_node,
-               scale_up  {domain_size, bandwidth_gb_per_s, latency_us}   (per GPU, one direction)
+               scale_up  {domain_size, ranks_per_domain, topology, bandwidth_gb_per_s, latency_us}
+                         (per GPU, one direction; ranks_per_domain: a job's GPUs per domain, optional)
                scale_out {bandwidth_gb_per_s, latency_us}                 (NIC bandwidth per GPU)
                inter_pod {pod_size, bandwidth_gb_per_s, latency_us}       (optional)
     efficiency: NAME: {value: X, source: "where X came from"}   (every field of Efficiency)
@@ -101,6 +102,9 @@ class HardwareProfile:
     scale_up_topology: str = "switch"
     """'switch' (NVSwitch: any subgroup gets full per-GPU bandwidth) or 'mesh' (AMD xGMI: a g-GPU
     subgroup uses only (g-1)/(domain-1) of the per-GPU links)."""
+    scale_up_ranks_per_domain: int | None = None
+    """Consecutive ranks of one job placed in each scale-up domain (whole hosts), when a job takes
+    fewer GPUs of a domain than it has (e.g. 64 of an NVL72 rack's 72); None = ``scale_up_domain_size``."""
     scale_out_bandwidth_bytes_per_s: float
     """Per-GPU, per-direction NIC bandwidth across scale-up domains."""
     scale_out_latency_s: float
@@ -124,6 +128,11 @@ class HardwareProfile:
         return hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,
                      tuple(sorted(self.peak_flops_per_s.items())), self.efficiency))
 
+    @property
+    def ranks_per_scale_up_domain(self) -> int:
+        """Consecutive job ranks per scale-up domain: what decides which groups stay on the scale-up tier."""
+        return self.scale_up_ranks_per_domain or self.scale_up_domain_size
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak for ``dtype``; raises if the part has no such tensor-core path."""
         try:
@@ -145,7 +154,7 @@ _TOP = ["name", "vendor", "arch", "description", "compute", "memory", "network",
 _COMPUTE = ["peak_tflops", "num_compute_units"]
 _MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib"]
 _NETWORK = ["gpus_per_node", "scale_up", "scale_out", "inter_pod"]
-_LINKS = {"scale_up": ["domain_size", "topology", "bandwidth_gb_per_s", "latency_us"],
+_LINKS = {"scale_up": ["domain_size", "ranks_per_domain", "topology", "bandwidth_gb_per_s", "latency_us"],
           "scale_out": ["bandwidth_gb_per_s", "latency_us"],
           "inter_pod": ["pod_size", "bandwidth_gb_per_s", "latency_us"]}
 _DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp6", "fp4", "int8")
@@ -236,6 +245,13 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     if su_size and gpn and su_size % gpn:
         p.append(f"{where}.network.scale_up.domain_size={su_size:g} must be a whole number of nodes "
                  f"(gpus_per_node={gpn:g})")
+    su_ranks = _num(su, "ranks_per_domain", f"{where}.network.scale_up", p, required=False, integer=True)
+    if su_ranks and gpn and su_ranks % gpn:
+        p.append(f"{where}.network.scale_up.ranks_per_domain={su_ranks:g} must be a whole number of nodes "
+                 f"(gpus_per_node={gpn:g})")
+    if su_ranks and su_ranks > (su_size or gpn or su_ranks):
+        p.append(f"{where}.network.scale_up.ranks_per_domain={su_ranks:g} must be <= "
+                 f"domain_size={su_size or gpn:g} (the GPUs one scale-up domain has)")
     su_bw = _num(su, "bandwidth_gb_per_s", f"{where}.network.scale_up", p)
     su_lat = _num(su, "latency_us", f"{where}.network.scale_up", p, positive=False)
     so_bw = _num(so, "bandwidth_gb_per_s", f"{where}.network.scale_out", p)
@@ -280,6 +296,7 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         hbm_capacity_bytes=cap * GIB, hbm_bandwidth_bytes_per_s=bw * GB,  # type: ignore[operator]
         runtime_reserved_bytes=reserve * GIB,  # type: ignore[operator]
         gpus_per_node=gpn_i, scale_up_domain_size=int(su_size) if su_size else gpn_i, scale_up_topology=topo,
+        scale_up_ranks_per_domain=int(su_ranks) if su_ranks else None,
         scale_up_bandwidth_bytes_per_s=su_bw * GB, scale_up_latency_s=su_lat * US,  # type: ignore[operator]
         scale_out_bandwidth_bytes_per_s=so_bw * GB, scale_out_latency_s=so_lat * US,  # type: ignore[operator]
         pod_size=int(pod) if pod else None,

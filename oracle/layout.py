@@ -1,35 +1,71 @@
 """Derived parallel layout: degrees, micro-batches, rank groups and the layer-to-stage map.
 
 Rank order follows Megatron (tp fastest, then cp, dp, pp); the expert layout follows MoE parallel
-folding (etp fastest, then ep, expert-dp, pp) so ``edp = num_gpus / (pp * ep * etp)``.
+folding (etp fastest, then ep, expert-dp, pp) so ``edp = num_gpus / (pp * ep * etp)``. Source:
+Megatron-Core ``parallel_state.initialize_model_parallel``, default ``order="tp-cp-ep-dp-pp"`` for the
+decoder ``RankGenerator`` (ep=1 there) and the expert ``RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp)``;
+``--use-tp-pp-dp-mapping`` (order tp-cp-ep-pp-dp) is not modelled. Where each group's ranks sit on
+scale-up domains and pods is decided from these strides (``GroupSpec``, ``oracle.comm.topology``).
 """
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from oracle.config import V_SCHEDULES, RunConfig
 
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """A process group: ``size`` ranks spaced ``stride`` global ranks apart."""
+    """A process group: ``size`` ranks spaced ``stride`` global ranks apart.
+
+    Groups of one kind tile the job in windows of ``size * stride`` consecutive ranks (Megatron's
+    rank order), one group per offset ``0 <= o < stride`` in each window: ``{base + o + i * stride}``.
+    """
 
     kind: str
     size: int
     stride: int
 
-    def members_per_block(self, block: int) -> int:
-        """How many members share one aligned block of ``block`` consecutive ranks (node/domain)."""
-        if self.size <= 1:
-            return 1
-        if self.stride >= block:
-            return 1
-        return max(1, min(self.size, block // self.stride))
+    def members_per_block(self, block: int, num_gpus: int | None = None) -> int:
+        """Fewest members any group of this kind has in one aligned block of ``block`` consecutive
+        ranks (a scale-up domain, a host, a pod). Without ``num_gpus`` blocks and windows are taken as
+        aligned; with it, groups that straddle a block boundary count (the worst group is returned)."""
+        if num_gpus is None:
+            if self.size <= 1 or self.stride >= block:
+                return 1
+            return max(1, min(self.size, block // self.stride))
+        return min_members_per_block(num_gpus, self.size, self.stride, block)
 
-    def blocks_spanned(self, block: int) -> int:
-        """How many blocks (nodes, scale-up domains, pods) the group touches."""
-        return -(-self.size // self.members_per_block(block))
+    def blocks_spanned(self, block: int, num_gpus: int | None = None) -> int:
+        """How many blocks (hosts, scale-up domains, pods) the worst group touches, at most."""
+        return -(-self.size // self.members_per_block(block, num_gpus))
+
+
+@lru_cache(maxsize=4096)
+def min_members_per_block(num_gpus: int, size: int, stride: int, block: int) -> int:
+    """Fewest members of any group ``{base + o + i*stride}`` (see ``GroupSpec``) found in one aligned
+    block of ``block`` ranks, over every group of the job (ranks are packed block by block)."""
+    n, s = size, stride
+    if n <= 1:
+        return 1
+    if s >= block:
+        return 1  # members at least a block apart: one per block
+    window = n * s
+    if num_gpus <= block or (window <= block and block % window == 0):
+        return n  # every group inside one block
+    if block % s == 0 and window % block == 0:
+        return block // s  # aligned: every block holds block/s members
+    period = window * block // math.gcd(window, block)
+    limit = max(window, min(num_gpus, period))
+    best = n
+    for base in range(0, limit - window + 1, window):
+        for o in range(s):
+            counts = Counter((base + o + i * s) // block for i in range(n))
+            best = min(best, min(counts.values()))
+    return best
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,6 @@ def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float],
         return [0.0] * max(0, n_virtual - 1), ""
     tokens = t.mbs * t.seq_len // t.cp // (t.tp if t.sp else 1)
     nbytes = BF16 * tokens * m.hidden_size
-    stride = run.cluster.num_gpus // t.pp
     owner = {}
     for r in range(t.pp):
         for c in range(t.vpp):
@@ -131,7 +130,7 @@ def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float],
         if a == b:
             edges.append(0.0)
             continue
-        cost = comm.p2p_between(a * stride, b * stride, nbytes)
+        cost = comm.p2p_members(L.group("pp"), a, b, nbytes)  # worst pipeline replica's tier for this edge
         edges.append(cost.time_s)
         algo = cost.algorithm
     return edges, algo

@@ -148,7 +148,8 @@ def p2p(topo: Topology, nbytes: float, *, tier: str, protocol: str | None = None
 
 
 class CommModel:
-    """What the projector calls: ``cost(kind, group, nbytes)`` and ``p2p_between(a, b, nbytes)``."""
+    """What the projector calls: ``cost(kind, group, nbytes)``, ``p2p_members(group, a, b, nbytes)``
+    (pipeline stage edges) and ``p2p_between(rank_a, rank_b, nbytes)``."""
 
     __slots__ = ("topology", "_memo")
     _MEMO_MAX = 1 << 17
@@ -189,6 +190,14 @@ class CommModel:
         if fn is None:
             raise UnknownComponentError("collective", kind, KINDS)
         return fn(self.topology, group, nbytes, **kw)
+
+    def p2p_members(self, group: GroupSpec, a: int, b: int, nbytes: float, **kw) -> CollectiveCost:
+        """Send ``nbytes`` from member ``a`` to member ``b`` of ``group`` (e.g. pipeline stage a to b of
+        the ``pp`` group), on the worst tier that edge crosses in any group of that kind."""
+        tier = self.topology.member_tier(group, a, b)
+        if a == b:
+            return ZERO
+        return p2p(self.topology, nbytes, tier=tier, **kw)
 
     def p2p_between(self, rank_a: int, rank_b: int, nbytes: float, **kw) -> CollectiveCost:
         """Send ``nbytes`` from global rank ``rank_a`` to ``rank_b`` (0 when they are the same rank)."""

@@ -3,17 +3,21 @@
 Ranks are packed domain by domain (Megatron order: tp fastest, then cp, dp, pp; experts etp, ep, edp,
 pp), so a group of ``size`` ranks ``stride`` apart lands on aligned blocks of ``domain_ranks`` (one
 scale-up domain) and ``pod_ranks`` (one pod). ``Placement.levels`` is the view the formulas use.
+
+The scale-up domain, not the host, decides the tier: on GB200/GB300 NVL72 a 4-GPU compute tray is one
+host but all 72 GPUs of the rack share one NVLink switch fabric, so ``domain_ranks`` is the job's ranks
+per rack (``network.scale_up.ranks_per_domain``, else ``domain_size``) and ``gpus_per_node`` plays
+no part in pricing. A pod holds ``pod_size / domain_size`` whole domains, so its rank span scales the
+same way (8 racks x 64 job ranks = 512 on an NVL72 pod of 576 GPUs).
 """
 from __future__ import annotations
 
-import math
-from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
 from oracle.errors import InvalidConfigError
 from oracle.hardware import HardwareProfile
-from oracle.layout import GroupSpec
+from oracle.layout import GroupSpec, min_members_per_block
 
 SCALE_UP, SCALE_OUT, INTER_POD = "scale_up", "scale_out", "inter_pod"
 TIERS = (SCALE_UP, SCALE_OUT, INTER_POD)
@@ -33,13 +37,16 @@ class Placement:
     stride: int
     """Global-rank distance between consecutive members."""
     members_per_domain: int
-    """Members sharing one scale-up domain (the fewest, where that differs between domains)."""
+    """Members per scale-up domain the formulas assume: the fewest that any group of this kind has in
+    one domain (its ranks send the largest share over their own NICs), rounded down to a divisor of
+    ``size``. Equal to ``size`` when every group stays inside one domain."""
     num_domains: int
-    """Scale-up domains the group touches."""
+    """``size // members_per_domain``: the domains of the pricing view (the worst group's real count
+    can be smaller when it straddles a boundary unevenly: 8 + 24 members is priced as 4 x 8)."""
     members_per_pod: int
-    """Members sharing one pod (the fewest)."""
+    """Members per pod in the pricing view (a multiple of ``members_per_domain``)."""
     num_pods: int
-    """Pods the group touches."""
+    """``size // members_per_pod``."""
 
     @property
     def crosses_pods(self) -> bool:
@@ -54,36 +61,15 @@ class Placement:
 
     @property
     def levels(self) -> Levels:
-        """(members, tier) per level, innermost first; irregular layouts use the fewest members per block."""
+        """(members, tier) per level, innermost first; the product of the members is ``size``."""
         k = self.members_per_domain
-        per_pod = -(-self.num_domains // self.num_pods)
+        per_pod = self.members_per_pod // k
         lv = ((k, SCALE_UP), (per_pod, SCALE_OUT), (self.num_pods, INTER_POD))
         return tuple((m, t) for m, t in lv if m > 1)
 
 
-@lru_cache(maxsize=4096)
-def _min_members_per_block(num_gpus: int, n: int, s: int, block: int) -> int:
-    """Fewest members of any group {base + o + i*s} found in one aligned block of ``block`` ranks.
-
-    Groups of one kind tile the job in windows of n*s ranks (Megatron order), offsets 0 <= o < s.
-    """
-    if n <= 1:
-        return 1
-    if s >= block:
-        return 1  # members at least a block apart: one per block
-    window = n * s
-    if num_gpus <= block or (window <= block and block % window == 0):
-        return n  # every group inside one block
-    if block % s == 0 and window % block == 0:
-        return block // s  # aligned: every block holds block/s members
-    period = window * block // math.gcd(window, block)
-    limit = max(window, min(num_gpus, period))
-    best = n
-    for base in range(0, limit - window + 1, window):
-        for o in range(s):
-            counts = Counter((base + o + i * s) // block for i in range(n))
-            best = min(best, min(counts.values()))
-    return best
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, max(1, min(n, cap)) + 1) if n % d == 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,14 +107,19 @@ class Topology:
 
     @classmethod
     def from_profile(cls, hw: HardwareProfile, num_gpus: int, *, ranks_per_domain: int | None = None) -> "Topology":
-        """The job's topology. ``ranks_per_domain`` overrides the scale-up domain size in rank space
-        (e.g. 64 on NVL72 racks where a job uses 16 of the 18 compute trays)."""
+        """The job's topology. ``ranks_per_domain`` (job ranks per scale-up domain) overrides the
+        profile's ``network.scale_up.ranks_per_domain`` (itself ``domain_size`` when absent), e.g. 72 for
+        a job that fills whole NVL72 racks, 64 for one that takes 16 of a rack's 18 compute trays."""
         if num_gpus < 1:
             raise InvalidConfigError(f"num_gpus={num_gpus} must be >= 1")
-        domain = ranks_per_domain or hw.scale_up_domain_size
-        if domain < 1:
-            raise InvalidConfigError(f"ranks_per_domain={domain} must be >= 1")
-        pod = max(hw.pod_size or num_gpus, domain)
+        domain = ranks_per_domain or hw.ranks_per_scale_up_domain
+        if not 1 <= domain <= hw.scale_up_domain_size:
+            raise InvalidConfigError(f"ranks_per_domain={domain} must be in 1..{hw.scale_up_domain_size} "
+                                     f"(the GPUs of one {hw.name} scale-up domain)")
+        pod = hw.pod_size or num_gpus
+        if hw.pod_size and hw.pod_size % hw.scale_up_domain_size == 0:
+            pod = hw.pod_size // hw.scale_up_domain_size * domain  # a pod is whole domains
+        pod = max(pod, domain)
         eff = hw.efficiency
         # the profile says whether scale-up is a switch (NVSwitch) or a full mesh (AMD xGMI)
         return cls(
@@ -153,6 +144,19 @@ class Topology:
         if rank_a // self.domain_ranks == rank_b // self.domain_ranks:
             return SCALE_UP
         return SCALE_OUT if rank_a // self.pod_ranks == rank_b // self.pod_ranks else INTER_POD
+
+    def member_tier(self, group: GroupSpec, a: int, b: int) -> str:
+        """Outermost tier a message between members ``a`` and ``b`` of a group crosses, worst over
+        every group of that kind (e.g. pipeline stages a -> b: every pipeline replica runs the same
+        schedule and the data-parallel step waits for the slowest one)."""
+        for m in (a, b):
+            if not 0 <= m < group.size:
+                raise InvalidConfigError(f"member {m} is outside the {group.kind} group of {group.size} "
+                                         f"(0..{group.size - 1})")
+        if group.size > 1 and group.size * group.stride > self.num_gpus:
+            raise InvalidConfigError(f"group size*stride = {group.size}*{group.stride} = "
+                                     f"{group.size * group.stride} exceeds the job's {self.num_gpus} GPUs")
+        return _member_tier(self, group.size, group.stride, min(a, b), max(a, b))
 
     def latency_s(self, tier: str) -> float:
         return {SCALE_UP: self.scale_up_latency_s, SCALE_OUT: self.scale_out_latency_s,
@@ -179,8 +183,27 @@ def _place(topo: Topology, n: int, s: int) -> Placement:
         raise InvalidConfigError(f"group size={n} and stride={s} must be >= 1")
     if n > 1 and n * s > topo.num_gpus:
         raise InvalidConfigError(f"group size*stride = {n}*{s} = {n * s} exceeds the job's {topo.num_gpus} GPUs")
-    k = _min_members_per_block(topo.num_gpus, n, s, topo.domain_ranks)
-    kp = _min_members_per_block(topo.num_gpus, n, s, topo.pod_ranks)
-    return Placement(size=n, stride=s, members_per_domain=k, num_domains=-(-n // k),
-                     members_per_pod=kp, num_pods=-(-n // kp))
+    # the worst group's fewest members per block, rounded down to a divisor so the levels multiply to n
+    k = _largest_divisor_at_most(n, min_members_per_block(topo.num_gpus, n, s, topo.domain_ranks))
+    kp = min_members_per_block(topo.num_gpus, n, s, topo.pod_ranks)
+    per_pod = _largest_divisor_at_most(n // k, max(1, kp // k))
+    return Placement(size=n, stride=s, members_per_domain=k, num_domains=n // k,
+                     members_per_pod=k * per_pod, num_pods=n // (k * per_pod))
 
+
+_ORDER = {SCALE_UP: 0, SCALE_OUT: 1, INTER_POD: 2}
+
+
+@lru_cache(maxsize=16384)
+def _member_tier(topo: Topology, n: int, s: int, a: int, b: int) -> str:
+    if a == b or n <= 1:
+        return SCALE_UP
+    worst = SCALE_UP
+    for base in range(0, topo.num_gpus - n * s + 1, n * s):  # every group {base + o + i*s}
+        for o in range(s):
+            t = topo.tier_between(base + o + a * s, base + o + b * s)
+            if _ORDER[t] > _ORDER[worst]:
+                worst = t
+                if t == INTER_POD:
+                    return t
+    return worst

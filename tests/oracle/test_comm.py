@@ -328,6 +328,6 @@ def test_inter_domain_is_never_faster_than_intra_domain(hw, call, n, nbytes):
     prof = PROFILES[hw]
     m = CommModel.from_profile(prof, 1024)
     intra = m.cost(kind, GroupSpec("g", n, 1), nbytes, **kw)
-    inter = m.cost(kind, GroupSpec("g", n, prof.scale_up_domain_size), nbytes, **kw)
+    inter = m.cost(kind, GroupSpec("g", n, prof.ranks_per_scale_up_domain), nbytes, **kw)
     assert intra.domain == "scale_up" and inter.domain == "scale_out"
     assert inter.time_s >= intra.time_s
