@@ -139,7 +139,10 @@ def _direct_parts(topo: Topology, lv: Levels, S: float) -> tuple[float, float, f
 
 
 def _a2a_direct(topo: Topology, lv: Levels, S: float, p: Protocol) -> tuple[float, float]:
-    """Every rank sends S/n to each peer; the scale-up and NIC parts run in parallel (max)."""
+    """Every rank sends S/n to each peer, (n-1)/n*S in all: (k-1)/n*S to its k-1 domain peers over the
+    scale-up links and (n-k)/n*S to the peers outside its domain over its own NIC; the two run in
+    parallel (max). Pairwise exchange (Thakur, Rabenseifner & Gropp 2005, Sec. 3.4), as NCCL's
+    alltoall = grouped ncclSend/ncclRecv to every peer (NCCL docs, "Point-to-point communication")."""
     n = math.prod(m for m, _ in lv)
     up, up_h, nic, nic_h = _direct_parts(topo, lv, S)
     lm, be = p.latency_multiplier, p.bandwidth_efficiency
@@ -150,7 +153,10 @@ def _a2a_hierarchical(topo: Topology, lv: Levels, S: float, p: Protocol) -> tupl
     """Rail-aligned 2-D all-to-all, chunked so the stages pipeline: (1) all-to-all inside the level-0
     block, moving each block to the member on the destination's rail (it then lands on its final GPU,
     so no scatter stage is needed); (2) all-to-all along the rail over the outer levels, one
-    aggregated message of k*S/n per remote block instead of k messages."""
+    aggregated message of k*S/n per remote block instead of k messages. NIC bytes equal direct's
+    (n-k)/n*S; scale-up bytes grow to (k-1)/k*S. Source: NCCL 2.12 PXN (NVIDIA technical blog "Doubling
+    all2all Performance with NVIDIA Collective Communication Library 2.12", 2022: data moves over NVLink
+    to the GPU on the destination's rail, then one message per rail peer over the network)."""
     k, tier = lv[0]
     rest = lv[1:]
     r = math.prod(m for m, _ in rest)
