@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hardware import PROFILE_DIR
 from oracle.comm import CommModel, Topology, all_to_all
 from oracle.config import RunConfig
 from oracle.errors import HardwareProfileError, InvalidConfigError
@@ -18,7 +19,6 @@ from oracle.hardware import load_hardware, profile_from_dict
 from oracle.layout import GroupSpec, Layout, min_members_per_block
 from oracle.projector import project
 from oracle.yamlio import load_mapping
-from hardware import PROFILE_DIR
 
 GB200, GB300 = load_hardware("gb200-nvl72"), load_hardware("gb300-nvl72")
 H100, B200 = load_hardware("h100-sxm"), load_hardware("b200")
