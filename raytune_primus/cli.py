@@ -109,8 +109,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     results = validate_rows(read_rows(args.csv), base_dir=Path(args.csv).parent)
     agg = summarize(results)
     if args.plot:
-        from raytune_primus.plots import plot_validation
-        plot_validation(results, args.plot)
+        from raytune_primus.plots import validation_scatter
+        validation_scatter(results, args.plot)
     if args.format == "json":
         _print_json({"rows": [r.to_dict() for r in results], **agg})
         return 0
@@ -312,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_search_commands(sub)
+    from raytune_primus.report_cli import add_report_commands
+    add_report_commands(sub)
     return p
 
 

@@ -12,6 +12,7 @@ the cluster), and writes into the results directory:
 ``summary.json``       tune: the winner's config and projection, trials run, rejected, errored, retried;
                        compare: the issue-4 comparison object
 ``best_so_far.png``    tune: best tokens/s/GPU after each trial; compare: ``compare.png``, the curves
+``report.html``        the self-contained report (raytune_primus.html_report) and its other figures
 ``tune/``              Ray Tune's experiment state (``Tuner.restore`` resumes from it)
 =====================  ================================================================================
 
@@ -114,8 +115,9 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
         raise InvalidConfigError(f"budget={budget} must be a positive integer (trials)")
     results = Path(results_dir).resolve()
     if fresh:
+        from raytune_primus.html_report import report_files
         for p in (results / "ledger.parquet", results / "summary.json", results / "tune", results / "tune_spec.json",
-                  results / "best_so_far.png"):
+                  *report_files(results)):
             if p.is_dir():
                 shutil.rmtree(p)
             elif p.exists():
@@ -153,13 +155,8 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
     summary["ledger"] = str(ledger_path)
     summary["wall_s"] = time.perf_counter() - t0
     summary["ok"] = not (summary.get("errored", 0) and summary.get("errored") >= summary.get("tune_trials", 0))
-    try:
-        from raytune_primus.progress import plot_best_so_far
-        plot_best_so_far(summary, results / "best_so_far.png")
-        summary["plots"] = [str(results / "best_so_far.png")]
-    except Exception as exc:  # matplotlib missing or broken: the numbers are still written
-        summary["plots"] = []
-        summary["plot_error"] = f"{type(exc).__name__}: {exc}"
+    from raytune_primus.html_report import attach_report
+    attach_report(results, summary)  # best_so_far.png, the other figures and report.html
     summary["summary"] = str(results / "summary.json")
     write_json(results / "summary.json", summary)
     return _json_safe(summary)
@@ -210,25 +207,28 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
     if results is not None:
         results.mkdir(parents=True, exist_ok=True)
         ledger = results / "ledger.parquet"
-        if plot is None:
-            plot = results / "compare.png"
     ev = _evaluator_for(exp, evaluator)
     if driver == "inprocess":
         from searchers.driver import compare
-        summary = compare(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger, plot=plot)
+        summary = compare(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger)
         summary["driver"] = "inprocess"
     elif driver == "ray":
         from raytune_primus.runtime import init_ray
         from raytune_primus.tuner import compare_on_ray
         how = init_ray(address)
-        summary = compare_on_ray(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger, plot=plot)
+        summary = compare_on_ray(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger)
         summary["driver"] = "ray"
         summary["ray"] = _ray_info(how)
     else:
         from oracle.errors import InvalidConfigError
         raise InvalidConfigError(f"driver={driver!r} is not one of inprocess | ray")
+    if plot is not None:
+        from raytune_primus.plots import compare_curves
+        summary["plot"] = str(compare_curves(summary, plot))
     if results is not None:
         summary["ledger"] = str(ledger)
+        from raytune_primus.html_report import attach_report
+        attach_report(results, summary)  # compare.png, the other figures and report.html
         write_json(results / "summary.json", summary)
     return _json_safe(summary)
 

@@ -124,21 +124,3 @@ class ProgressCallback(Callback):
         if not self.lines or self.lines[-1] != self.line():
             self._emit()
 
-
-def plot_best_so_far(summary: Mapping[str, Any], path: Any) -> None:
-    """Best tokens/s/GPU after each counted trial of a tune summary (``summary['best_so_far']``)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ys = [float("nan") if v is None else float(v) for v in summary.get("best_so_far") or []]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.step(range(1, len(ys) + 1), ys, where="post", lw=2)
-    ax.set_xlabel("trials (pre-filter rejections count)")
-    ax.set_ylabel("best tokens/s/GPU so far")
-    ax.set_title(f"{summary.get('experiment', '')}: {summary.get('searcher', '')} seed {summary.get('seed', '')} "
-                 f"({summary.get('driver', '')})", fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

@@ -71,5 +71,5 @@ def draw_run_gantt(run: RunConfig, path: str) -> None:
     res = pipeline_result(run)
     if res is None:
         raise InvalidConfigError("--gantt needs pp > 1 (a pipeline); the config has pp=1")
-    from oracle.pipeline.gantt import draw_gantt
-    draw_gantt(res, path)
+    from raytune_primus.plots import gantt
+    gantt(res, path)

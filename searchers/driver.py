@@ -7,7 +7,8 @@ searcher and answers known configurations from the ledger, so nothing is scored 
 :func:`compare` runs several searchers over several seeds on equal budgets, computes the
 exhaustive optimum of the same space with the same oracle, and reports per searcher the median
 best tokens/s/GPU, the regret (1 - best/optimum), the trials needed to come within 2% of the
-optimum and the pre-filter rejections; :func:`plot_compare` draws the best-so-far curves.
+optimum and the pre-filter rejections, with every run's best-so-far curve (``curves``) for
+``raytune_primus.plots.compare_curves`` to draw.
 """
 from __future__ import annotations
 
@@ -236,14 +237,15 @@ def _median_or_none(values: Iterable[float | None]) -> float | None:
 
 def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | Sequence[int] = 5,
             searchers: Sequence[str] | None = None, *, evaluator: Evaluator | None = None,
-            ledger_path: str | Path | None = None, plot: str | Path | None = None, jobs: int = 1,
+            ledger_path: str | Path | None = None, jobs: int = 1,
             options: dict[str, dict[str, Any]] | None = None,
             cache_dir: str | Path | None = None, optimum: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run every searcher on equal budgets over ``seeds`` and compare them with the exhaustive optimum.
 
     Returns ``{"optimum": {"tokens_per_s_per_gpu", "config"}, "space_size", "searchers": {NAME:
     {"median_best", "median_regret", "regrets", "median_trials_to_2pct", "prefilter_rejections",
-    "proposer", ...}}, ...}`` with regret as a fraction (1 - best/optimum).
+    "proposer", ...}}, "curves": {NAME: [best-so-far per seed]}, ...}`` with regret as a fraction
+    (1 - best/optimum).
     """
     exp = _as_experiment(experiment)
     evaluator = evaluator or default_evaluator(exp.oracle_mode)
@@ -283,45 +285,8 @@ def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | 
         }
     out["wall_s"] = time.perf_counter() - t0
     out["optimum_wall_s"] = opt["wall_s"]
-    if plot is not None:
-        plot_compare(out, curves, plot)
-        out["plot"] = str(plot)
+    out["curves"] = curves
     return out
-
-
-def plot_compare(summary: dict[str, Any], curves: dict[str, list[list[float | None]]], path: str | Path) -> None:
-    """Median best-so-far (as % of the exhaustive optimum) per searcher vs trials, min-max band shaded."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    optimum = summary["optimum"]["tokens_per_s_per_gpu"] or 1.0
-    budget = summary["budget"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
-    for name, runs in curves.items():
-        grid = []
-        for r in runs:
-            row = [(v / optimum * 100.0) if v is not None else 0.0 for v in r]
-            row += [row[-1] if row else 0.0] * (budget - len(row))
-            grid.append(row[:budget])
-        xs = list(range(1, budget + 1))
-        med = [statistics.median(col) for col in zip(*grid)]
-        lo = [min(col) for col in zip(*grid)]
-        hi = [max(col) for col in zip(*grid)]
-        label = f"{name}: {summary['searchers'][name]['proposer']}" if name == "seed_llm" else name
-        ax.plot(xs, med, label=label, lw=2 if name == "seed_llm" else 1.3)
-        ax.fill_between(xs, lo, hi, alpha=0.12)
-    ax.axhline(100.0, color="k", lw=0.8, ls="--", label="exhaustive optimum")
-    ax.axhline(100.0 * (1 - WITHIN), color="grey", lw=0.6, ls=":", label="within 2%")
-    ax.set_xlabel("trials (pre-filter rejections count)")
-    ax.set_ylabel("best tokens/s/GPU so far (% of optimum)")
-    ax.set_title(f"{summary['experiment']}: median over {len(summary['seeds'])} seeds ({summary['oracle_mode']})")
-    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -339,4 +304,3 @@ def format_table(summary: dict[str, Any]) -> str:
         t2 = f"{s['median_trials_to_2pct']:.0f}" if s["median_trials_to_2pct"] is not None else "never"
         lines.append(f"{name:<10} {mb:>12} {mr:>14} {t2:>13} {s['prefilter_rejections']:>11g}  {s['proposer']}")
     return "\n".join(lines)
-

@@ -337,16 +337,13 @@ def test_ilp_size_bound_falls_back_and_says_so():
 
 
 # ---------------------------------------------------------------- output
-def test_gantt_writes_an_image(tmp_path):
-    from oracle.pipeline.gantt import draw_gantt
-    res = run_schedule("zbv", 4, 2, 8, uniform(4, 2, p2p=0.02))
-    out = draw_gantt(res, tmp_path / "zbv.png")
-    assert out.stat().st_size > 5000
+def test_result_dict_has_the_timeline():
+    res = run_schedule("zbv", 4, 2, 8, uniform(4, 2, p2p=0.02))  # drawn by raytune_primus.plots.gantt
     assert res.to_dict()["schedule"] == "zbv" and len(res.timeline) == 4 * 8 * 6
 
 
 def test_package_never_imports_ray_or_torch():
-    code = ("import sys, oracle.pipeline, oracle.pipeline.gantt; "
+    code = ("import sys, oracle.pipeline; "
             "bad = [m for m in ('ray', 'torch') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(P.__file__).rsplit("/oracle/", 1)[0])
 

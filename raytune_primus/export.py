@@ -1,0 +1,420 @@
+"""``raytune-primus export CONFIG --to megatron|primus|torchtitan``: a configuration in a framework's words.
+
+CONFIG is a config YAML (sections model, cluster, training) or a results directory of ``tune`` /
+``compare`` (its winner, or the exhaustive optimum). Every training key is accounted for: it is
+written as the target's option, or listed in a comment block as not supported by the target, or as a
+projection-only assumption (a fact the oracle needs that no framework takes as an option, e.g. the
+MoE load imbalance). Nothing is dropped silently; a key added to ``TrainingConfig`` later and not
+mapped here is listed as not exported.
+
+* ``megatron``: Megatron-LM ``pretrain_gpt.py`` arguments, one per line (a ``\\``-continued shell block).
+* ``primus``: a Primus experiment YAML override block (``modules.pre_trainer.overrides``, Megatron
+  argument names with underscores, plus the Primus-Turbo and zero-bubble keys Primus adds).
+* ``torchtitan``: TorchTitan job-config TOML sections (``[parallelism]``, ``[training]``,
+  ``[activation_checkpoint]``, ``[model]``).
+
+Model architecture flags (layers, hidden size, ...) come from the model's own recipe in each
+framework and are not written; the header names the model and the cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oracle.config import RunConfig
+from oracle.errors import InvalidConfigError
+
+TARGETS: tuple[str, ...] = ("megatron", "primus", "torchtitan")
+PROJECTION_ONLY = {
+    "moe_imbalance": "a load assumption of the projection (paper Sec. 4.10), not a training option",
+    "fp8_activations": "the projection's FP8 saved-activation accounting (B_act = 1), not one framework flag",
+    "pipeline_split": "how the projection spread layers over stages; exported as the layout flags it implies",
+}
+"""Keys that describe the projection's assumptions rather than a framework option."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Export:
+    """A configuration mapped onto one framework."""
+
+    target: str
+    options: list[tuple[str, Any]] = field(default_factory=list)
+    """(option name in the target's spelling, value); True = a bare flag / true."""
+    unsupported: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(training key, value, why) the target cannot express."""
+    projection_only: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(training key, value, why) that are assumptions of the projection, not options."""
+
+
+def _layers_per_virtual_stage(run: RunConfig) -> int | None:
+    t = run.training
+    n = run.model.num_layers
+    return n // (t.pp * t.vpp) if n % (t.pp * t.vpp) == 0 else None
+
+
+def _layout(run: RunConfig) -> dict[str, Any]:
+    """Uneven-pipeline keys in effect, read with defaults so older and newer TrainingConfigs both work."""
+    t = run.training
+    out: dict[str, Any] = {}
+    first = getattr(t, "decoder_first_pipeline_num_layers", None) or getattr(t, "first_stage_layers", None)
+    last = getattr(t, "decoder_last_pipeline_num_layers", None) or getattr(t, "last_stage_layers", None)
+    if first is not None:
+        out["decoder_first_pipeline_num_layers"] = first
+    if last is not None:
+        out["decoder_last_pipeline_num_layers"] = last
+    if getattr(t, "pipeline_model_parallel_layout", None):
+        out["pipeline_model_parallel_layout"] = t.pipeline_model_parallel_layout
+    emb = getattr(t, "account_for_embedding_in_pipeline_split", False)
+    loss = getattr(t, "account_for_loss_in_pipeline_split", False)
+    split = getattr(t, "pipeline_split", "auto")
+    if split == "embedding_loss" or (split == "auto" and t.pp > 1 and not first and not last
+                                     and run.model.num_layers % (t.pp * t.vpp) != 0):
+        emb = loss = True  # what 'auto' resolves to when the even split does not divide
+    if emb:
+        out["account_for_embedding_in_pipeline_split"] = True
+    if loss:
+        out["account_for_loss_in_pipeline_split"] = True
+    return out
+
+
+LAYOUT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "first_stage_layers",
+               "last_stage_layers", "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+               "account_for_loss_in_pipeline_split", "pipeline_split")
+
+
+def _recompute(run: RunConfig) -> tuple[list[tuple[str, Any]], str | None]:
+    """Megatron recompute options (names with underscores) and a problem, if the value has no exact form."""
+    t = run.training
+    if t.recompute == "none":
+        return [], None
+    if t.recompute == "selective":
+        return [("recompute_granularity", "selective")], None
+    if t.recompute_num_layers is None:  # every layer: uniform method, one layer per group
+        return [("recompute_granularity", "full"), ("recompute_method", "uniform"), ("recompute_num_layers", 1)], None
+    # ours: layers per pipeline rank, spread over its vpp chunks; Megatron's block method counts per chunk
+    if t.recompute_num_layers % t.vpp:
+        return ([("recompute_granularity", "full"), ("recompute_method", "block"),
+                 ("recompute_num_layers", -(-t.recompute_num_layers // t.vpp))],
+                f"recompute_num_layers={t.recompute_num_layers} per rank is not a multiple of vpp={t.vpp}; "
+                f"rounded up per chunk")
+    return [("recompute_granularity", "full"), ("recompute_method", "block"),
+            ("recompute_num_layers", t.recompute_num_layers // t.vpp)], None
+
+
+def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
+    """Megatron argument names with underscores (the Primus YAML keys); the CLI form adds dashes."""
+    t = run.training
+    target = "primus" if primus else "megatron"
+    ex = Export(target=target)
+    opt, unsup = ex.options, ex.unsupported
+    done: set[str] = set()
+
+    def put(name: str, value: Any, *keys: str) -> None:
+        opt.append((name, value))
+        done.update(keys)
+
+    put("tensor_model_parallel_size", t.tp, "tp")
+    put("pipeline_model_parallel_size", t.pp, "pp")
+    schedule = t.schedule
+    done.add("pp_schedule")
+    if t.vpp > 1:
+        n = _layers_per_virtual_stage(run)
+        if n is not None and not _layout(run):
+            put("num_layers_per_virtual_pipeline_stage", n, "vpp")
+        else:
+            put("num_virtual_stages_per_pipeline_rank", t.vpp, "vpp")
+    else:
+        done.add("vpp")
+    if schedule in ("zero_bubble", "zbv", "v_half", "v_min", "zbv_greedy"):
+        if primus:  # Primus vendors the Sea AI Lab zero-bubble scheduler
+            put("patch_zero_bubble", True)
+            put("enable_zero_bubble", True)
+            if schedule != "zero_bubble":
+                put("zero_bubble_v_schedule", True)
+                put("zero_bubble_v_schedule_mem_setup",
+                    {"zbv": "zb", "zbv_greedy": "zb", "v_half": "half", "v_min": "min"}[schedule])
+        else:
+            unsup.append(("pp_schedule", schedule, "upstream Megatron-LM has 1F1B and interleaved 1F1B only "
+                                                   "(Primus and the zero-bubble fork add ZB/ZBV)"))
+    elif schedule == "ilp":
+        unsup.append(("pp_schedule", schedule, "an ILP-solved order is this project's schedule, no framework runs it"))
+    put("context_parallel_size", t.cp, "cp")
+    put("expert_model_parallel_size", t.ep, "ep")
+    put("expert_tensor_parallel_size", t.etp, "etp")
+    done.update(("sequence_parallel", "tp_comm_overlap"))
+    if t.sp:
+        put("sequence_parallel", True)
+    elif primus:
+        put("sequence_parallel", False)
+    put("micro_batch_size", t.mbs, "mbs")
+    put("global_batch_size", t.gbs, "gbs")
+    put("seq_length", t.seq_len, "seq_len")
+    rec, problem = _recompute(run)
+    for k, v in rec:
+        put(k, v)
+    done.update(("recompute", "recompute_num_layers"))
+    if problem:
+        unsup.append(("recompute_num_layers", t.recompute_num_layers, problem))
+    done.add("precision")
+    if t.precision == "bf16":
+        put("bf16", True)
+    elif t.precision == "fp8":
+        put("bf16", True)
+        put("fp8_format", "hybrid")  # E4M3 forward, E5M2 gradients (Transformer Engine 'hybrid')
+    elif t.precision == "nvfp4":
+        put("bf16", True)
+        put("fp4_format", "e2m1")
+        put("fp4_recipe", "nvfp4")
+    else:
+        unsup.append(("precision", t.precision, "no known Megatron-LM flag"))
+    for key in ("use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"):
+        if getattr(t, key) or primus:
+            put(key, bool(getattr(t, key)), key)
+        done.add(key)
+    done.add("fsdp")
+    if t.fsdp:
+        put("use_torch_fsdp2", True)
+        if t.use_distributed_optimizer:
+            unsup.append(("use_distributed_optimizer", True, "Megatron-LM refuses it together with FSDP2"))
+    done.add("grad_reduce_in_fp32")
+    if not t.grad_reduce_in_fp32:
+        put("grad_reduce_in_bf16", True)
+    if t.tp_overlap:
+        put("tp_comm_overlap", True)
+    elif primus:
+        put("tp_comm_overlap", False)
+    done.update(("moe_a2a_backend", "moe_sync_free"))
+    if run.model.is_moe:
+        if t.moe_a2a_backend == "deepep":
+            put("moe_token_dispatcher_type", "flex")
+            put("moe_enable_deepep", True)
+            if primus:
+                put("use_turbo_deepep", True)
+        else:
+            put("moe_token_dispatcher_type", "alltoall")
+        if t.moe_sync_free:
+            if primus:
+                put("turbo_sync_free_moe_stage", 2)  # Primus-Turbo sync-free MoE (stage >= 2 needs DeepEP)
+            else:
+                unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's, not upstream Megatron-LM's"))
+    done.add("loss_fusion")
+    if t.loss_fusion:
+        put("cross_entropy_loss_fusion", True)
+    elif primus:
+        put("cross_entropy_loss_fusion", False)
+    for k, v in _layout(run).items():
+        put(k, v)
+    done.update(LAYOUT_KEYS)
+    _rest(run, ex, done)
+    return ex
+
+
+def _torchtitan(run: RunConfig) -> Export:
+    t = run.training
+    ex = Export(target="torchtitan")
+    opt, unsup = ex.options, ex.unsupported
+    done: set[str] = set()
+    dp = run.cluster.num_gpus // (t.tp * t.pp * t.cp)
+    opt.append(("parallelism.data_parallel_replicate_degree", 1 if t.fsdp else dp))
+    opt.append(("parallelism.data_parallel_shard_degree", dp if t.fsdp else 1))
+    done.add("fsdp")
+    if not t.fsdp and t.use_distributed_optimizer and dp > 1:
+        unsup.append(("use_distributed_optimizer", True, "no ZeRO-1 in TorchTitan: it replicates (DDP) or shards "
+                                                         "everything (FSDP2, set data_parallel_shard_degree)"))
+    elif t.fsdp and not t.use_distributed_optimizer:
+        unsup.append(("use_distributed_optimizer", False, "TorchTitan's FSDP2 shards the optimizer state anyway"))
+    done.add("use_distributed_optimizer")
+    opt.append(("parallelism.tensor_parallel_degree", t.tp))
+    opt.append(("parallelism.pipeline_parallel_degree", t.pp))
+    opt.append(("parallelism.context_parallel_degree", t.cp))
+    opt.append(("parallelism.expert_parallel_degree", t.ep))
+    opt.append(("parallelism.expert_tensor_parallel_degree", t.etp))
+    done.update(("tp", "pp", "cp", "ep", "etp", "vpp", "pp_schedule"))
+    if t.pp > 1:
+        name = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble"}.get(t.schedule)
+        if t.schedule == "zero_bubble" and t.vpp > 1:
+            name = "InterleavedZeroBubble"
+        if name is None:
+            unsup.append(("pp_schedule", t.schedule, "TorchTitan schedules: 1F1B, Interleaved1F1B, "
+                                                     "InterleavedZeroBubble (vpp > 1), ZBVZeroBubble, GPipe"))
+        else:
+            opt.append(("parallelism.pipeline_parallel_schedule", name))
+        opt.append(("parallelism.pipeline_parallel_microbatch_size", t.mbs))
+        n = _layers_per_virtual_stage(run)
+        if t.vpp > 1 and n is not None:
+            opt.append(("parallelism.pipeline_parallel_layers_per_stage", n))
+        elif t.vpp > 1:
+            unsup.append(("vpp", t.vpp, f"{run.model.num_layers} layers do not split evenly into pp*vpp = "
+                                        f"{t.pp * t.vpp} stages; set module_fqns_per_model_part by hand"))
+    layout = _layout(run)
+    if layout:
+        for k, v in layout.items():
+            unsup.append((k, v, "TorchTitan splits layers by pipeline_parallel_layers_per_stage / "
+                                "module_fqns_per_model_part; give the split by hand"))
+    done.update(LAYOUT_KEYS)
+    done.update(("sequence_parallel", "tp_comm_overlap"))
+    if t.tp > 1 and not t.sp:
+        unsup.append(("sequence_parallel", False, "TorchTitan's TP always shards the sequence (SP on)"))
+    if t.tp_overlap:
+        opt.append(("parallelism.enable_async_tensor_parallel", True))
+    # local_batch_size is per data-parallel rank and step: with a pipeline the whole per-rank batch, cut
+    # into pipeline_parallel_microbatch_size; without one, the micro-batch, and global_batch_size /
+    # (local x dp) steps are accumulated
+    opt.append(("training.local_batch_size", t.gbs // dp if t.pp > 1 else t.mbs))
+    opt.append(("training.global_batch_size", t.gbs))
+    opt.append(("training.seq_len", t.seq_len))
+    done.update(("mbs", "gbs", "seq_len"))
+    opt.append(("activation_checkpoint.mode", t.recompute))
+    if t.recompute == "selective":
+        opt.append(("activation_checkpoint.selective_ac_option", "op"))
+    done.update(("recompute", "recompute_num_layers"))
+    if t.recompute == "full" and t.recompute_num_layers is not None:
+        unsup.append(("recompute_num_layers", t.recompute_num_layers, "TorchTitan checkpoints every layer (full) "
+                                                                      "or every n-th (selective_ac_option = n)"))
+    done.add("precision")
+    opt.append(("training.mixed_precision_param", "bfloat16"))
+    if t.precision == "fp8":
+        opt.append(("model.converters", ["float8"]))
+    elif t.precision != "bf16":
+        unsup.append(("precision", t.precision, "TorchTitan's converters are float8 and mx (MXFP8), not NVFP4"))
+    done.add("grad_reduce_in_fp32")
+    opt.append(("training.mixed_precision_reduce", "float32" if t.grad_reduce_in_fp32 else "bfloat16"))
+    done.update(("overlap_grad_reduce", "overlap_param_gather"))
+    for key in ("overlap_grad_reduce", "overlap_param_gather"):
+        if not getattr(t, key):
+            unsup.append((key, False, "FSDP2/DDP in TorchTitan always overlap; it cannot be turned off"))
+    done.update(("moe_a2a_backend", "moe_sync_free", "loss_fusion"))
+    if run.model.is_moe and t.moe_a2a_backend == "deepep":
+        unsup.append(("moe_a2a_backend", "deepep", "TorchTitan dispatches with all-to-all (no DeepEP option)"))
+    if run.model.is_moe and t.moe_sync_free:
+        unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's"))
+    if not t.loss_fusion:
+        unsup.append(("loss_fusion", False, "TorchTitan has no switch for it"))
+    _rest(run, ex, done)
+    return ex
+
+
+def _rest(run: RunConfig, ex: Export, done: set[str]) -> None:
+    """List every training key not mapped above and not at its default: projection-only, or not
+    exported (never dropped)."""
+    for f in dataclasses.fields(run.training):
+        if f.name in done:
+            continue
+        value = getattr(run.training, f.name)
+        if value == f.default:  # a default changes nothing in any framework
+            continue
+        if f.name in PROJECTION_ONLY:
+            ex.projection_only.append((f.name, value, PROJECTION_ONLY[f.name]))
+        else:
+            ex.unsupported.append((f.name, value, f"no {ex.target} option is mapped for this key"))
+
+
+def build_export(run: RunConfig, target: str) -> Export:
+    """``run``'s training configuration in ``target``'s options (see the module doc)."""
+    if target == "megatron":
+        return _megatron_options(run, primus=False)
+    if target == "primus":
+        return _megatron_options(run, primus=True)
+    if target == "torchtitan":
+        return _torchtitan(run)
+    raise InvalidConfigError(f"--to {target!r} is not one of {' | '.join(TARGETS)}")
+
+
+# ------------------------------------------------------------------------------------------ rendering
+def _header(run: RunConfig, ex: Export) -> list[str]:
+    c = run.cluster
+    nodes = c.num_gpus / c.hardware.gpus_per_node
+    lines = [f"# {run.model_ref or run.model.name} on {c.num_gpus} x {run.hardware_ref or c.hardware.name} "
+             f"({nodes:g} node{'' if nodes == 1 else 's'} of {c.hardware.gpus_per_node}); config {run.key()} "
+             f"(raytune-primus export)",
+             "# model architecture options come from the model's recipe in the framework"]
+    if ex.unsupported:
+        lines.append(f"# not supported by {ex.target}:")
+        lines += [f"#   {k}={_plain(v)}: {why}" for k, v, why in ex.unsupported]
+    if ex.projection_only:
+        lines.append("# projection-only assumptions (no framework option):")
+        lines += [f"#   {k}={_plain(v)}: {why}" for k, v, why in ex.projection_only]
+    return lines
+
+
+def _plain(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (bool, list)) or v is None else str(v)
+
+
+def _megatron_text(run: RunConfig, ex: Export) -> str:
+    args = []
+    for name, v in ex.options:
+        flag = "--" + name.replace("_", "-")
+        if v is True:
+            args.append(flag)
+        elif v is False:
+            continue
+        else:
+            args.append(f"{flag} {v}")
+    return "\n".join(_header(run, ex) + [a + " \\" for a in args[:-1]] + args[-1:]) + "\n"
+
+
+def _yaml_scalar(v: Any) -> str:
+    import yaml
+    return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _primus_text(run: RunConfig, ex: Export) -> str:
+    lines = _header(run, ex) + ["# paste under your experiment YAML (Megatron backend)", "modules:",
+                                "  pre_trainer:", "    overrides:"]
+    lines += [f"      {name}: {_yaml_scalar(v)}" for name, v in ex.options]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a TOML basic string is a JSON string
+
+
+def _torchtitan_text(run: RunConfig, ex: Export) -> str:
+    sections: dict[str, list[str]] = {}
+    for name, v in ex.options:
+        sec, key = name.split(".", 1)
+        sections.setdefault(sec, []).append(f"{key} = {_toml_value(v)}")
+    lines = _header(run, ex)
+    for sec, body in sections.items():
+        lines += ["", f"[{sec}]", *body]
+    return "\n".join(lines) + "\n"
+
+
+def export_run(run: RunConfig, target: str) -> str:
+    """The text of ``run`` exported to ``target`` (megatron | primus | torchtitan)."""
+    ex = build_export(run, target)
+    return {"megatron": _megatron_text, "primus": _primus_text, "torchtitan": _torchtitan_text}[target](run, ex)
+
+
+def load_config_or_winner(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """A RunConfig from a config YAML/JSON, or from a results directory (its winner / optimum)."""
+    p = Path(path)
+    if not p.is_dir():
+        return RunConfig.load(p, overrides or [])
+    summary_path = p / "summary.json"
+    if not summary_path.exists():
+        raise InvalidConfigError(f"{str(p)!r} is a directory without summary.json: give a config YAML or the "
+                                 f"results directory of a tune/compare run")
+    from oracle.config import apply_overrides
+    summary = json.loads(summary_path.read_text())
+    w = summary.get("winner") or {}
+    proj = w.get("projection") or {}
+    if isinstance(proj.get("config"), dict):
+        data = proj["config"]
+    else:
+        training = w.get("config") or (summary.get("optimum") or {}).get("config")
+        if not training:
+            raise InvalidConfigError(f"{str(summary_path)!r} has no winner (no candidate fit in memory)")
+        from searchers.experiment import load_experiment
+        data = {**load_experiment(summary["experiment"]).space.baseline.to_dict(), "training": training}
+    return RunConfig.from_dict(apply_overrides(data, overrides or []), where=str(summary_path))

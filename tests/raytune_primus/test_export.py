@@ -1,0 +1,187 @@
+"""Exports round-trip: Megatron args parse with an argparse mirror, Primus YAML and TorchTitan TOML load back."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import tomllib
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oracle.config import RunConfig, TrainingConfig
+from oracle.errors import InvalidConfigError
+from raytune_primus.cli import main
+from raytune_primus.export import build_export, export_run, load_config_or_winner
+from tests.conftest import ROOT
+
+CONFIG = ROOT / "tests" / "fixtures" / "configs" / "llama70b-h100.yaml"
+
+
+def tiny(**training):
+    base = {"seq_len": 2048, "gbs": 64, "mbs": 1, "tp": 1, "pp": 2, "vpp": 1, "ep": 2}
+    return RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": "h100-sxm", "num_gpus": 8},
+                                "training": {**base, **training}})
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """A mirror of the Megatron-LM arguments the export may write (names and types as in arguments.py)."""
+    p = argparse.ArgumentParser(exit_on_error=False)
+    for name in ("tensor-model-parallel-size", "pipeline-model-parallel-size", "num-layers-per-virtual-pipeline-stage",
+                 "num-virtual-stages-per-pipeline-rank", "context-parallel-size", "expert-model-parallel-size",
+                 "expert-tensor-parallel-size", "micro-batch-size", "global-batch-size", "seq-length",
+                 "recompute-num-layers", "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers"):
+        p.add_argument(f"--{name}", type=int)
+    p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--recompute-method", choices=["uniform", "block"])
+    p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
+    p.add_argument("--fp4-format", choices=["e2m1"])
+    p.add_argument("--fp4-recipe", choices=["nvfp4"])
+    p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
+    p.add_argument("--pipeline-model-parallel-layout", type=str)
+    for flag in ("sequence-parallel", "bf16", "use-distributed-optimizer", "overlap-grad-reduce",
+                 "overlap-param-gather", "tp-comm-overlap", "use-torch-fsdp2", "grad-reduce-in-bf16",
+                 "moe-enable-deepep", "cross-entropy-loss-fusion", "account-for-embedding-in-pipeline-split",
+                 "account-for-loss-in-pipeline-split"):
+        p.add_argument(f"--{flag}", action="store_true")
+    return p
+
+
+def parse_megatron(text: str) -> argparse.Namespace:
+    body = " ".join(line.rstrip("\\ ") for line in text.splitlines() if line and not line.startswith("#"))
+    return megatron_parser().parse_args(shlex.split(body))
+
+
+def options(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("#"))
+
+
+def test_megatron_round_trip_llama():
+    run = RunConfig.load(CONFIG)
+    t = run.training
+    a = parse_megatron(export_run(run, "megatron"))
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size) == (t.tp, t.pp, t.cp)
+    assert a.num_layers_per_virtual_pipeline_stage == run.model.num_layers // (t.pp * t.vpp)
+    assert (a.micro_batch_size, a.global_batch_size, a.seq_length) == (t.mbs, t.gbs, t.seq_len)
+    assert a.sequence_parallel == t.sp and a.tp_comm_overlap == t.tp_overlap
+    assert a.use_distributed_optimizer == t.use_distributed_optimizer
+    assert a.overlap_grad_reduce == t.overlap_grad_reduce and a.overlap_param_gather == t.overlap_param_gather
+    assert a.bf16 and (a.fp8_format == "hybrid") == (t.precision == "fp8")
+
+
+def test_megatron_round_trip_moe_recompute_and_deepep():
+    run = tiny(pp=2, vpp=2, ep=4, etp=1, recompute="full", recompute_num_layers=2, moe_a2a_backend="deepep",
+               precision="fp8", pp_schedule="interleaved")
+    a = parse_megatron(export_run(run, "megatron"))
+    assert a.expert_model_parallel_size == 4 and a.expert_tensor_parallel_size == 1
+    assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == ("full", "block", 1)
+    assert a.moe_token_dispatcher_type == "flex" and a.moe_enable_deepep
+    b = parse_megatron(export_run(tiny(recompute="full"), "megatron"))  # every layer
+    assert (b.recompute_method, b.recompute_num_layers) == ("uniform", 1)
+    c = parse_megatron(export_run(tiny(recompute="selective"), "megatron"))
+    assert c.recompute_granularity == "selective" and c.recompute_method is None
+
+
+def test_unsupported_options_are_listed_not_dropped():
+    run = tiny(pp=2, vpp=2, pp_schedule="zbv", moe_a2a_backend="deepep", moe_sync_free=True, moe_imbalance=1.3)
+    meg = export_run(run, "megatron")
+    assert "# not supported by megatron:" in meg and "pp_schedule=zbv" in comments(meg)
+    assert "moe_sync_free=true" in comments(meg) and "moe_imbalance=1.3" in comments(meg)
+    primus = export_run(run, "primus")
+    assert "pp_schedule" not in comments(primus)  # Primus runs ZB-V itself
+    tt = export_run(run, "torchtitan")
+    assert "moe_a2a_backend=deepep" in comments(tt) and "moe_sync_free=true" in comments(tt)
+
+
+def test_primus_yaml_round_trip():
+    run = tiny(pp=2, vpp=2, pp_schedule="v_half", recompute="full", recompute_num_layers=2, moe_sync_free=True,
+               moe_a2a_backend="deepep", overlap_param_gather=False)
+    doc = yaml.safe_load(export_run(run, "primus"))
+    o = doc["modules"]["pre_trainer"]["overrides"]
+    assert o["tensor_model_parallel_size"] == 1 and o["pipeline_model_parallel_size"] == 2
+    assert o["expert_model_parallel_size"] == 2 and o["micro_batch_size"] == 1 and o["seq_length"] == 2048
+    assert o["zero_bubble_v_schedule"] is True and o["zero_bubble_v_schedule_mem_setup"] == "half"
+    assert o["overlap_param_gather"] is False and o["use_turbo_deepep"] is True
+    assert o["recompute_num_layers"] == 1 and o["turbo_sync_free_moe_stage"] == 2
+
+
+def test_torchtitan_toml_round_trip():
+    run = RunConfig.load(CONFIG, ["training.fsdp=true", "training.use_distributed_optimizer=false",
+                                  "training.recompute=selective"])
+    t = run.training
+    doc = tomllib.loads(export_run(run, "torchtitan"))
+    par = doc["parallelism"]
+    dp = run.cluster.num_gpus // (t.tp * t.pp * t.cp)
+    assert par["tensor_parallel_degree"] == t.tp and par["pipeline_parallel_degree"] == t.pp
+    assert par["data_parallel_shard_degree"] == dp and par["data_parallel_replicate_degree"] == 1
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_layers_per_stage"] == run.model.num_layers // (t.pp * t.vpp)
+    assert par["pipeline_parallel_microbatch_size"] == t.mbs
+    assert doc["training"]["seq_len"] == t.seq_len and doc["training"]["global_batch_size"] == t.gbs
+    assert doc["training"]["local_batch_size"] * dp == t.gbs
+    assert doc["activation_checkpoint"]["mode"] == "selective"
+    assert ("float8" in doc.get("model", {}).get("converters", [])) == (t.precision == "fp8")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries({
+    "pp": st.sampled_from([1, 2]), "ep": st.sampled_from([1, 2, 4]), "mbs": st.sampled_from([1, 2]),
+    "recompute": st.sampled_from(["none", "selective", "full"]), "precision": st.sampled_from(["bf16", "fp8"]),
+    "moe_a2a_backend": st.sampled_from(["alltoall", "deepep"]), "fsdp": st.booleans(),
+    "overlap_grad_reduce": st.booleans(), "loss_fusion": st.booleans(), "moe_imbalance": st.sampled_from([1.0, 1.2])}))
+def test_every_training_key_is_exported_or_listed(training):
+    if training["fsdp"]:
+        training["use_distributed_optimizer"] = False
+    try:
+        run = tiny(**training)
+    except InvalidConfigError:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingConfig) if f.default is not dataclasses.MISSING}
+    for target in ("megatron", "primus", "torchtitan"):
+        ex = build_export(run, target)
+        listed = {k for k, _, _ in ex.unsupported + ex.projection_only}
+        text = export_run(run, target)
+        for key, default in defaults.items():
+            if key in listed or getattr(run.training, key) == default:
+                continue
+            try:
+                other = dataclasses.replace(run, training=run.training.replace(**{key: default}))
+                other.check()
+            except InvalidConfigError:
+                continue
+            # a non-default value that is not listed must show in the options: resetting it changes them
+            assert options(export_run(other, target)) != options(text), (target, key)
+        if run.training.moe_imbalance != 1.0:
+            assert "moe_imbalance=1.2" in comments(text)
+        if target == "megatron":
+            parse_megatron(text)
+        elif target == "primus":
+            assert yaml.safe_load(text)["modules"]["pre_trainer"]["overrides"]
+        else:
+            assert tomllib.loads(text)["parallelism"]
+
+
+def test_export_cli_config_and_results_dir(capsys, tmp_path):
+    assert main(["export", str(CONFIG), "--to", "megatron", "--set", "training.tp=8"]) == 0
+    assert parse_megatron(capsys.readouterr().out).tensor_model_parallel_size == 8
+    # a results directory: its winner's full config
+    run = RunConfig.load(CONFIG)
+    (tmp_path / "summary.json").write_text(json.dumps({"experiment": "x", "winner": {
+        "tokens_per_s_per_gpu": 1.0, "config": run.to_dict()["training"], "projection": {"config": run.to_dict()}}}))
+    assert load_config_or_winner(tmp_path).key() == run.key()
+    out = tmp_path / "tt.toml"
+    assert main(["export", str(tmp_path), "--to", "torchtitan", "-o", str(out)]) == 0
+    assert tomllib.loads(out.read_text())["parallelism"]["tensor_parallel_degree"] == run.training.tp
+    capsys.readouterr()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["export", str(empty), "--to", "primus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "summary.json" in err
