@@ -6,7 +6,7 @@ into result dicts with the very helpers the in-process driver uses
 (:func:`searchers.evaluator.memory_result` / :func:`~searchers.evaluator.score_result`), so a
 candidate scores the same on an actor as in-process. Only plain dicts cross the actor boundary.
 
-Benchmark mode (the measuring itself arrives with benchmark mode; the plumbing is here):
+Benchmark mode:
 
 * a :class:`DeviceScorer` actor holds ``num_gpus`` devices for its lifetime and asks a pluggable
   :class:`LayerTimer` which layer shapes a run needs and how long each takes on its device;
@@ -29,11 +29,12 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import ray
 
 from oracle.config import RunConfig
+from oracle.projector import LayerTimeSource
 from raytune_primus.trainable import build_run, result_to_dict
 from searchers.base import TrialResult
 from searchers.evaluator import memory_result, score_result
@@ -115,26 +116,13 @@ class Scorer:
 
 
 # ---------------------------------------------------------------------------------- benchmark mode
-class LayerTimer(Protocol):
-    """The pluggable part of benchmark mode: which shapes a run needs, how to time one, how to project.
-
-    Shapes are strings (a canonical key such as ``"dense|h=8192|s=4096|tp=8|mbs=1|bf16"``); the
-    cache never looks inside them. Implementations must be picklable (they travel to device actors).
-    """
-
-    mode: str
-
-    def shapes(self, run: RunConfig) -> Sequence[str]:
-        """Layer shapes ``run`` needs timed."""
-
-    def measure(self, shape: str, gpu_ids: Sequence[str]) -> float:
-        """Seconds for ``shape`` on the devices ``gpu_ids`` (raises BenchmarkError when it cannot)."""
-
-    def memory(self, run: RunConfig) -> Any:
-        """Memory projection (MemoryLike) of ``run``."""
-
-    def project(self, run: RunConfig, timings: Mapping[str, float]) -> Any:
-        """Projection (ProjectionLike) of ``run`` given the measured ``timings`` of its shapes."""
+LayerTimer = LayerTimeSource
+"""The pluggable part of benchmark mode is the oracle's layer-time source (one abstraction for the
+projector and the device actors): ``shapes(run)`` names the layer shapes a run needs (canonical strings;
+the cache never looks inside them), ``measure(shape, gpu_ids)`` times one on this actor's devices (a
+float or a plain dict; raises BenchmarkError when it cannot), ``memory(run)`` and ``project(run, timings)``
+score a run. :class:`oracle.benchmark.source.BenchmarkSource` is the real one; implementations must be
+picklable (they travel to device actors)."""
 
 
 class TimingCache:
@@ -175,7 +163,7 @@ class TimingCache:
         for k, v in timings.items():
             self.measurements[k] += 1
             if k not in self.timings:
-                self.timings[k] = float(v)
+                self.timings[k] = v  # seconds, or a measurement dict (oracle.benchmark.measurement)
                 self.measured_by[k] = owner
             self._claims.pop(k, None)
             self._event(k).set()
@@ -245,7 +233,7 @@ class DeviceScorer(Scorer):
             done: dict[str, float] = {}
             try:
                 for s in plan["measure"]:
-                    done[s] = float(self.timer.measure(s, self.gpu_ids))
+                    done[s] = self.timer.measure(s, self.gpu_ids)
                     self.measured.append(s)
             except BaseException:
                 ray.get(self.cache.release.remote([s for s in plan["measure"] if s not in done], self.owner))

@@ -329,9 +329,9 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     results.mkdir(parents=True, exist_ok=True)
     ledger_path = results / "ledger.parquet"
     benchmark = timer is not None or exp.oracle_mode == "benchmark"
-    if benchmark and timer is None:
-        raise BenchmarkError("oracle_mode benchmark needs measured layer times, which are not available in this "
-                             "version yet (the device actors and timing cache are ready); use simulate")
+    if benchmark and timer is None:  # measured torch layers on each scorer's devices (oracle.benchmark)
+        from oracle.benchmark.source import BenchmarkSource
+        timer = BenchmarkSource(benchmark_gpus=int(benchmark_gpus or 1))
     if evaluator is None:
         if benchmark:
             evaluator = timer  # the pre-filter only needs .memory(run) and .mode
@@ -479,11 +479,8 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
         for job, n_old in zip(jobs, copied):
             earlier.extend(Ledger(job[-1]).rows[n_old:])
         earlier.close()
-        out = driver.compare(exp, budget, seed_list, names, evaluator=evaluator, ledger_path=final, optimum=opt)
-    if plot is not None:
-        from raytune_primus.plots import compare_curves
-        out["plot"] = str(compare_curves(out, plot))
-    return out
+        return driver.compare(exp, budget, seed_list, names, evaluator=evaluator, ledger_path=final, plot=plot,
+                              optimum=opt)
 
 
 def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:

@@ -115,6 +115,8 @@ def upscale_text(report: dict[str, Any]) -> str:
     lines = [f"benchmark: {plan['benchmark_gpus']} device(s); measured layout "
              + ", ".join(f"{k}={v}" for k, v in plan["bench"].items())
              + "; downscale: " + ("; ".join(plan["steps"]) or "none (the target fits)")]
+    if report.get("device_note"):
+        lines.append(f"  {report['device_note']}")
     for name, e in report["layers"].items():
         line = (f"  measured {name:<16} F {_ms(e['measured_f_s'])} ms  B {_ms(e['measured_b_s'])} ms  "
                 f"W {_ms(e['measured_w_s'])} ms  ({e['shape']}; spread {100 * e['spread']:.0f}%)")

@@ -210,6 +210,11 @@ class BenchmarkSource(LayerTimeSource):
         from oracle.memory import project_memory
         return project_memory(run, trees="none")
 
+    def score(self, run: RunConfig) -> Any:
+        """Evaluator interface (searchers): the benchmark projection of ``run``; a layer that cannot be
+        measured raises BenchmarkError, which a search records as a failed trial."""
+        return self.project(run)
+
     # ------------------------------------------------------------------ LayerTimeSource
     def layer_model(self, L: Layout, comm: Any) -> MeasuredLayerModel:
         return MeasuredLayerModel(L, comm, self)
@@ -267,8 +272,13 @@ class BenchmarkSource(LayerTimeSource):
             layers[f"{kind}" + (f"/window={window}" if window else "")] = entry
         bd = proj.breakdown
         comm = {c.kind: {"total_s": c.total_s, "exposed_s": c.exposed_s} for c in bd.comm}
+        devices = sorted({e["device"] for e in layers.values() if e["device"]})
         return {
             "plan": plan.to_dict(),
+            "devices": devices,
+            "target_hardware": run.cluster.hardware.name,
+            "device_note": (f"measured on {', '.join(devices) or 'no device'}, used as {run.cluster.hardware.name} "
+                            f"kernel times (benchmark mode assumes the benchmark device is the target's, Sec. 3.1)"),
             "layers": layers,
             "fp8_gemm_speedup": fp8_speedup(run),
             "fp8_note": ("fp8 GEMMs timed in bf16 and divided by the profile's fp8/bf16 achievable GEMM "

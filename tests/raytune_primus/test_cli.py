@@ -80,8 +80,9 @@ def test_missing_file_and_bad_override(capsys, tmp_path):
     assert code == 2 and "does not exist" in err
     code, _, err = run_cli(capsys, "project", str(CONFIG), "--set", "training.tp")
     assert code == 2 and "expected KEY=VALUE" in err
-    code, _, err = run_cli(capsys, "project", str(CONFIG), "--mode", "benchmark")
-    assert code == 2 and "benchmark mode" in err
+    code, _, err = run_cli(capsys, "project", str(CONFIG), "--mode", "benchmark", "--set", "training.cp=2",
+                           "--benchmark-gpus", "1")
+    assert code == 2 and "CP=2 is never reduced" in err and "--benchmark-gpus >= 2" in err
 
 
 def test_no_traceback_from_a_real_process(tmp_path):

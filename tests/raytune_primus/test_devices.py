@@ -1,8 +1,9 @@
 """Benchmark-mode plumbing on logical GPUs: placement, one trial per device, a shared timing cache.
 
 The cluster fixture's two worker nodes have one logical GPU each. The layer timer is a fake with
-the :class:`raytune_primus.actors.LayerTimer` interface (the real measuring arrives with benchmark
-mode): it sleeps per measurement and returns a deterministic time per shape.
+the :class:`raytune_primus.actors.LayerTimer` interface (the real one, oracle.benchmark.source.BenchmarkSource,
+times torch layers; tests/oracle/test_benchmark*.py cover it): it sleeps per measurement and returns a
+deterministic time per shape.
 """
 from __future__ import annotations
 
@@ -118,5 +119,7 @@ def test_more_gpus_per_trial_than_the_cluster_has_is_an_error(cluster, small, tm
 
     with pytest.raises(BenchmarkError, match="GPU"):
         run_tune(small, tmp_path, searcher="random", budget=2, timer=FakeTimer(), benchmark_gpus=3, progress=False)
-    with pytest.raises(BenchmarkError, match="not available"):
-        run_tune(small.with_changes(oracle_mode="benchmark"), tmp_path, budget=2, progress=False)
+    # without a timer, oracle_mode benchmark builds the real one (oracle.benchmark.source.BenchmarkSource)
+    # and checks the same GPU budget before starting anything
+    with pytest.raises(BenchmarkError, match="needs 3 GPU"):
+        run_tune(small.with_changes(oracle_mode="benchmark"), tmp_path, budget=2, benchmark_gpus=3, progress=False)

@@ -1,0 +1,161 @@
+"""Benchmark mode with real torch layers on the CPU: layer semantics, timing, cache, failure handling."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from oracle.benchmark import torch_layers as tl  # noqa: E402
+from oracle.benchmark.source import Bencher, BenchmarkSource  # noqa: E402
+from oracle.benchmark.spec import LayerSpec, run_layer_specs  # noqa: E402
+from oracle.benchmark.timing import TimingSettings, measure_spec  # noqa: E402
+from oracle.config import RunConfig  # noqa: E402
+from oracle.errors import BenchmarkError  # noqa: E402
+from oracle.scaling import downscale  # noqa: E402
+
+FAST = {"warmup": 0, "repeats": 1}
+
+
+def _spec(**kw) -> LayerSpec:
+    base = dict(kind="dense", hidden=64, mbs=1, seq_q=32, seq_k=32, dtype="fp32", heads=4, kv_heads=2, head_dim=16,
+                ffn=96)
+    base.update(kw)
+    return LayerSpec(**base)
+
+
+def _run(model: str, **training) -> RunConfig:
+    t = {"seq_len": 64, "gbs": 8, "mbs": 1, **training}
+    return RunConfig.from_dict({"model": model, "cluster": {"hardware": "h100-sxm", "num_gpus": 8}, "training": t})
+
+
+# ------------------------------------------------------------------------------------------ layers
+def test_causal_attention_equals_an_explicit_mask_and_window_changes_it():
+    torch.manual_seed(0)
+    full = tl.build(_spec(), "cpu")
+    x = torch.randn(1, 32, 64)
+    y = full(x)
+    masked = tl.build(_spec(window=32), "cpu")  # a window as long as the sequence is plain causal
+    masked.load_state_dict(full.state_dict())
+    assert torch.allclose(masked(x), y, atol=1e-5)
+    narrow = tl.build(_spec(window=4), "cpu")
+    narrow.load_state_dict(full.state_dict())
+    assert not torch.allclose(narrow(x), y, atol=1e-4)
+    # causality: the first token's output ignores later tokens
+    x2 = x.clone()
+    x2[:, 5:] += 1.0
+    assert torch.allclose(full(x2)[:, :5], y[:, :5], atol=1e-5)
+
+
+def test_balanced_dispatch_gives_every_expert_the_same_rows():
+    p = tl.Permute(tokens=10, topk=3, experts=4)  # 30 pairs -> 8 rows per expert, 2 padding rows
+    assert p.per == 8 and int(p.valid.sum()) == 30
+    counts = torch.bincount(p.pair_index[p.valid.bool()] % 4, minlength=4)
+    assert counts.max() - counts.min() <= 1
+    assert sorted(p.pair_index[p.valid.bool()].tolist()) == list(range(30))
+
+
+def test_moe_layer_routes_gradients_to_router_and_experts():
+    spec = _spec(kind="moe", ffn=0, experts=4, router_experts=16, topk=2, expert_ffn=32, shared_ffn=32)
+    layer = tl.build(spec, "cpu")
+    layer(torch.randn(1, 32, 64, requires_grad=True)).sum().backward()
+    assert layer.moe.router.gate.weight.grad is not None and layer.moe.router.gate.weight.shape[0] == 16
+    assert layer.moe.experts_up.weight.grad.abs().sum() > 0
+    assert set(tl.named_ops(layer)) >= {"router", "permute", "experts_up", "experts_down", "unpermute", "shared_mlp"}
+
+
+def test_every_bundled_tiny_card_builds_and_runs():
+    for model, tr in (("tiny-dense", {"tp": 2}), ("tiny-moe", {"ep": 2}), ("tiny-mla", {"ep": 2})):
+        run = _run(model, **tr)
+        for (kind, _), spec in run_layer_specs(run, downscale(run, 2), dtype="fp32").items():
+            mod = tl.build(spec, "cpu")
+            if kind == "embedding":
+                out = mod(torch.randint(0, spec.vocab, (1, spec.seq_q)))
+            elif kind == "output":
+                out = mod(torch.randn(1, spec.seq_q, spec.hidden), torch.randint(0, spec.vocab, (1, spec.seq_q)))
+            else:
+                out = mod(torch.randn(1, spec.seq_q, spec.hidden))
+            assert torch.isfinite(out).all(), (model, kind)
+
+
+def test_tp_shard_has_the_rank_share_of_parameters():
+    run1, run2 = _run("tiny-dense", tp=1), _run("tiny-dense", tp=2)
+    s1 = run_layer_specs(run1, downscale(run1, 8))[("dense", None)]
+    s2 = run_layer_specs(run2, downscale(run2, 8))[("dense", None)]
+    assert (s2.heads, s2.kv_heads, s2.ffn) == (s1.heads // 2, s1.kv_heads // 2, s1.ffn // 2)
+    n = lambda s: sum(p.numel() for n_, p in tl.build(s, "cpu").named_parameters() if "norm" not in n_)  # noqa: E731
+    assert n(s2) == n(s1) // 2
+
+
+# ------------------------------------------------------------------------------------------ timing
+def test_measure_reports_positive_f_b_w_and_ops():
+    m = measure_spec(_spec(), device=torch.device("cpu"), settings=TimingSettings(**FAST))
+    assert m.f_s > 0 and m.b_s > 0 and m.w_s >= 0
+    assert {"attn_norm", "qkv", "attn_core", "attn_out", "mlp_up", "mlp_down"} <= set(m.ops)
+    assert m.params == sum(p.numel() for p in tl.build(_spec(), "cpu").parameters())
+    assert m.optimizer_s_per_param and m.optimizer_s_per_param > 0
+
+
+def test_embedding_backward_is_b_and_output_has_w():
+    emb = measure_spec(_spec(kind="embedding", vocab=256), device=torch.device("cpu"), settings=TimingSettings(**FAST))
+    assert emb.b_s > 0 and emb.w_s == 0
+    out = measure_spec(_spec(kind="output", vocab=256), device=torch.device("cpu"), settings=TimingSettings(**FAST))
+    assert out.f_s > 0 and out.b_s > 0
+
+
+def test_layer_that_cannot_be_built_names_layer_and_shape():
+    bad = _spec(heads=3, kv_heads=2)  # 3 query heads cannot share 2 KV groups
+    with pytest.raises(BenchmarkError, match=r"dense h=64 tokens=32.*shape"):
+        measure_spec(bad, device=torch.device("cpu"), settings=TimingSettings(**FAST))
+
+
+def test_out_of_memory_is_a_benchmark_error(monkeypatch):
+    def boom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    monkeypatch.setattr(tl, "build", boom)
+    with pytest.raises(BenchmarkError, match="moe .*out of memory"):
+        measure_spec(_spec(kind="moe", experts=2, router_experts=2, topk=1, expert_ffn=8),
+                     device=torch.device("cpu"), settings=TimingSettings(**FAST))
+
+
+# ------------------------------------------------------------------------------------------ cache
+def test_cache_measures_each_shape_once_and_no_cache_always_measures(tmp_path):
+    b = Bencher(cache_dir=str(tmp_path), **FAST)
+    spec = _spec()
+    first = b.measure(spec)
+    assert b.measured == [spec.label()] and len(list(tmp_path.glob("*.json"))) == 1
+    b2 = Bencher(cache_dir=str(tmp_path), **FAST)  # a new process: read from disk
+    assert b2.measure(spec) == first and b2.measured == [] and b2.cache.hits == 1
+    b2.measure(dataclasses.replace(spec, dtype="bf16"))  # another dtype is another entry
+    assert len(b2.measured) == 1 and len(list(tmp_path.glob("*.json"))) == 2
+    meta = json.loads(next(tmp_path.glob("*.json")).read_text())["meta"]
+    assert {"device", "versions", "spec", "settings"} <= set(meta) and "torch" in meta["versions"]
+    nc = Bencher(cache_dir=str(tmp_path), use_cache=False, **FAST)
+    nc.measure(spec)
+    nc.measure(spec)
+    assert len(nc.measured) == 2
+
+
+def test_search_records_a_failed_layer_as_a_failed_trial(monkeypatch):
+    from searchers.evaluator import score_result
+
+    def boom(*a, **k):
+        raise torch.OutOfMemoryError("out of memory")
+    monkeypatch.setattr(tl, "build", boom)
+    run = _run("tiny-dense")
+    src = BenchmarkSource(bencher=Bencher(use_cache=False, **FAST))
+    res = score_result(src, run, run.key())
+    assert res.status == "failed" and "out of memory" in res.reason and "dense" in res.reason
+
+
+def test_end_to_end_benchmark_projection_on_cpu(tmp_path):
+    run = _run("tiny-moe", pp=2, ep=2, gbs=8)
+    src = BenchmarkSource(bencher=Bencher(cache_dir=str(tmp_path), **FAST))
+    proj = src.project(run)
+    assert proj.tokens_per_s_per_gpu > 0 and proj.mode == "benchmark"
+    rep = proj.details["benchmark"]
+    assert set(rep["layers"]) == {"dense", "moe", "embedding", "output"}
+    assert rep["plan"]["bench"]["ep"] == 1 and rep["plan"]["bench"]["num_experts"] == 4
+    assert rep["upscale"]["ep_a2a_delta_s"] > 0 and rep["upscale"]["pp_bubble_s"] > 0
