@@ -479,8 +479,11 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
         for job, n_old in zip(jobs, copied):
             earlier.extend(Ledger(job[-1]).rows[n_old:])
         earlier.close()
-        return driver.compare(exp, budget, seed_list, names, evaluator=evaluator, ledger_path=final, plot=plot,
-                              optimum=opt)
+        out = driver.compare(exp, budget, seed_list, names, evaluator=evaluator, ledger_path=final, optimum=opt)
+    if plot is not None:
+        from raytune_primus.plots import compare_curves
+        out["plot"] = str(compare_curves(out, plot))
+    return out
 
 
 def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:
