@@ -132,11 +132,11 @@ def _csv_rows(path: Path, base: str | None, overrides: list[str]) -> list[_Row]:
             out.append(_Row(tag=tag, measured=measured, run=None,
                             projected=_number(projected_text, f"{path.name} line {i} {pcol}")))
             continue
-        cfg = (r.get("config") or "").strip() or base
-        if not cfg:
+        cell = (r.get("config") or "").strip()
+        if not cell and not base:
             raise InvalidConfigError(f"{path.name} line {i} ({tag}): no projected value, no config cell and no "
                                      f"--config BASE to project")
-        cfg_path = Path(cfg) if Path(cfg).is_absolute() or cfg == base else path.parent / cfg
+        cfg_path = Path(base) if not cell else (Path(cell) if Path(cell).is_absolute() else path.parent / cell)
         row_overrides = [f"training.{k}={v.strip()}" for k, v in r.items() if k in keys and (v or "").strip()]
         out.append(_Row(tag=tag, measured=measured, projected=None,
                         run=_load_run(cfg_path, overrides + row_overrides)))

@@ -14,4 +14,10 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
 fi
 .venv/bin/python -m uv pip install -q --python .venv/bin/python -e ".[test]"
+# Headless Chromium renders the HTML report in a test (tests/raytune_primus/test_report.py skips without
+# it); installed from Debian's packages when missing and we may (root with apt-get), never fatal.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "note: could not install chromium; the report rendering test will be skipped" >&2
+fi
 echo "setup done: $(.venv/bin/python -c 'import torch, ray, optuna, dspy; print("torch", torch.__version__, "ray", ray.__version__, "optuna", optuna.__version__, "dspy", dspy.__version__)')"
