@@ -28,8 +28,8 @@ SPACES = {
                                     "training": {"seq_len": 8192, "gbs": 512, "pp": 4, "vpp": 2, "ep": 8}},
     "deepseek-v3 / 1024 x mi355x": {"model": "deepseek-v3", "cluster": {"hardware": "mi355x", "num_gpus": 1024},
                                     "training": {"seq_len": 4096, "gbs": 4096, "mbs": 2, "pp": 8, "ep": 8,
-                                                 "precision": "fp8", "first_stage_layers": 5,
-                                                 "last_stage_layers": 8}},
+                                                 "precision": "fp8", "decoder_first_pipeline_num_layers": 5,
+                                                 "decoder_last_pipeline_num_layers": 8}},
 }
 COST_AWARE = {"ilp", "zbv_greedy", "v_half", "v_min"}
 

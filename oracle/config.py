@@ -94,15 +94,22 @@ class TrainingConfig:
     """Busiest-rank / mean expert load (paper Sec. 4.10); 1.0 = balanced."""
     loss_fusion: bool = True
     """Fused cross-entropy (no fp32 logits scratch)."""
-    pipeline_split: Literal["auto", "even", "embedding_loss"] = "auto"
-    """How decoder layers are spread over the pp*vpp virtual stages: even = L/(pp*vpp) each;
-    embedding_loss = Megatron's account_for_embedding/loss_in_pipeline_split (the embedding and the
-    loss each take one layer slot, so the first and last virtual stage hold one layer fewer);
-    auto = even when it divides, else embedding_loss when that divides."""
-    first_stage_layers: int | None = None
-    """Decoder layers on the first pipeline stage (uneven split; overrides the card)."""
-    last_stage_layers: int | None = None
-    """Decoder layers on the last pipeline stage (uneven split; overrides the card)."""
+    decoder_first_pipeline_num_layers: int | None = None
+    """Decoder layers on the first pipeline rank, split evenly over its vpp chunks (Megatron
+    --decoder-first-pipeline-num-layers); the other ranks share the rest evenly. None = even split.
+    How every layout key is resolved: :mod:`oracle.pipeline_layout`."""
+    decoder_last_pipeline_num_layers: int | None = None
+    """Decoder layers on the last pipeline rank (Megatron --decoder-last-pipeline-num-layers)."""
+    pipeline_model_parallel_layout: str | None = None
+    """Megatron's explicit layout string, one ``|``-separated entry per virtual stage in forward order
+    (stage = chunk*pp + rank): E embedding, t decoder layer, m MTP module, L output layer and loss,
+    ``X*n`` / ``(...)*n`` repeat, e.g. ``Et*3|(tt|)*29,m|L`` (Megatron --pipeline-model-parallel-layout).
+    Excludes the four other layout keys."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """The embedding counts as one decoder layer in the split: pp*vpp must divide num_layers+1 (+1
+    more with the loss) and the first virtual stage holds one layer fewer (Megatron flag of that name)."""
+    account_for_loss_in_pipeline_split: bool = False
+    """The output layer and loss count as one decoder layer: the last virtual stage holds one fewer."""
 
     @property
     def sp(self) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from oracle.config import V_SCHEDULES, RunConfig
+from oracle.pipeline_layout import PipelineAssignment, StageWeights, VirtualStage, assign, card_weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +126,24 @@ class Layout:
 
     # ------------------------------------------------------------------ stages
     @cached_property
+    def assignment(self) -> PipelineAssignment:
+        """What every virtual stage holds (decoder layers, embedding, MTP, loss); see
+        :mod:`oracle.pipeline_layout` for the layout keys. Raises InvalidConfigError if they do not tile."""
+        return assignment_of(self.run)
+
+    @cached_property
     def stage_layers(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """``stage_layers[rank][chunk]`` = decoder layer indices hosted there.
 
         Interleaved: virtual stage ``chunk * pp + rank``. V-shape schedules: rank r hosts virtual
-        stages r and 2*pp-1-r. Uneven first/last counts come from the config, else the card.
+        stages r and 2*pp-1-r.
         """
-        return assign_layers(self.run)
+        st = self.assignment.stages
+        return tuple(tuple(st[self.virtual_stage(r, c)].layers for c in range(self.t.vpp)) for r in range(self.t.pp))
+
+    def stage(self, rank: int, chunk: int) -> VirtualStage:
+        """The virtual stage hosted by (rank, chunk)."""
+        return self.assignment.stages[self.virtual_stage(rank, chunk)]
 
     def recomputed_layers(self, rank: int, chunk: int) -> int:
         """How many leading layers of (rank, chunk) full recompute replays (0 without full recompute).
@@ -159,81 +171,26 @@ class Layout:
         return chunk * pp + rank
 
     def has_embedding(self, rank: int, chunk: int) -> bool:
-        return self.virtual_stage(rank, chunk) == 0
+        return self.stage(rank, chunk).embedding
 
     def has_output(self, rank: int, chunk: int) -> bool:
-        return self.virtual_stage(rank, chunk) == self.t.pp * self.t.vpp - 1
+        """Holds the final norm, output layer and loss."""
+        return self.stage(rank, chunk).loss
+
+    def mtp_modules(self, rank: int, chunk: int) -> int:
+        """MTP modules hosted by (rank, chunk) (with the loss unless a layout string places them)."""
+        return self.stage(rank, chunk).mtp
 
 
-def stage_layer_counts(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None,
-                       split: str = "auto") -> list[int] | str:
-    """Layers per virtual stage in virtual-stage order, or a reason string when impossible."""
-    n_virtual = pp * vpp
-    if first is None and last is None:
-        even_ok = num_layers % n_virtual == 0
-        # Megatron account_for_embedding/loss_in_pipeline_split: embedding and loss take a slot each
-        el_ok = n_virtual > 1 and (num_layers + 2) % n_virtual == 0 and (num_layers + 2) // n_virtual > 1
-        if split == "even" or (split == "auto" and even_ok):
-            if not even_ok:
-                return (f"num_layers={num_layers} is not divisible by pp*vpp = {pp}*{vpp} = {n_virtual} "
-                        f"(pipeline_split=even)")
-            return [num_layers // n_virtual] * n_virtual
-        if not el_ok:
-            return (f"num_layers={num_layers} is not divisible by pp*vpp = {pp}*{vpp} = {n_virtual}, nor is "
-                    f"num_layers+2 = {num_layers + 2} (embedding and loss as stages); set "
-                    f"first_stage_layers/last_stage_layers for an uneven split")
-        per = (num_layers + 2) // n_virtual
-        counts = [per] * n_virtual
-        counts[0] -= 1
-        counts[-1] -= 1
-        return counts
-    if pp == 1:
-        return "first_stage_layers/last_stage_layers need pp > 1"
-    rest = num_layers - (first or 0) - (last or 0)
-    middle_ranks = pp - (first is not None) - (last is not None)
-    per_rank: list[int | None] = [None] * pp
-    if first is not None:
-        per_rank[0] = first
-    if last is not None:
-        per_rank[-1] = last
-    if middle_ranks == 0:
-        if rest != 0:
-            return (f"first_stage_layers + last_stage_layers = {(first or 0) + (last or 0)} must equal "
-                    f"num_layers={num_layers} when pp=2")
-    else:
-        if rest <= 0 or rest % middle_ranks:
-            return (f"the {rest} layers left after first/last stages do not split evenly over "
-                    f"{middle_ranks} other pipeline ranks")
-        per_rank = [c if c is not None else rest // middle_ranks for c in per_rank]
-    counts_by_rank = [int(c) for c in per_rank]  # type: ignore[arg-type]
-    for r, c in enumerate(counts_by_rank):
-        if c <= 0 or c % vpp:
-            return f"pipeline rank {r} would hold {c} layers, which does not split into vpp={vpp} chunks"
-    out = [0] * n_virtual
-    for r, c in enumerate(counts_by_rank):
-        for ch in range(vpp):
-            out[ch * pp + r] = c // vpp
-    return out
-
-
-def assign_layers(run: RunConfig) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def assignment_of(run: RunConfig) -> PipelineAssignment:
+    """The pipeline layer assignment of ``run`` from its layout keys (:func:`oracle.pipeline_layout.assign`)."""
     t, m = run.training, run.model
-    first = t.first_stage_layers if t.first_stage_layers is not None else m.first_stage_layers
-    last = t.last_stage_layers if t.last_stage_layers is not None else m.last_stage_layers
-    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last, t.pipeline_split)
-    if isinstance(counts, str):
-        raise ValueError(counts)
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
-    virtual = [tuple(range(starts[v], starts[v + 1])) for v in range(len(counts))]
-    v_shape = t.schedule in V_SCHEDULES
-    pp = t.pp
-    stages = []
-    for r in range(pp):
-        chunks = []
-        for ch in range(t.vpp):
-            vs = (r if ch == 0 else 2 * pp - 1 - r) if v_shape else ch * pp + r
-            chunks.append(virtual[vs])
-        stages.append(tuple(chunks))
-    return tuple(stages)
+    return assign(m.num_layers, t.pp, t.vpp, mtp_layers=m.mtp_layers, first=t.decoder_first_pipeline_num_layers,
+                  last=t.decoder_last_pipeline_num_layers, layout=t.pipeline_model_parallel_layout,
+                  account_for_embedding=t.account_for_embedding_in_pipeline_split,
+                  account_for_loss=t.account_for_loss_in_pipeline_split, model=m.name, weights=_weights(m))
+
+
+@lru_cache(maxsize=256)
+def _weights(card) -> StageWeights:
+    return card_weights(card)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from oracle.config import SCHEDULES, V_SCHEDULES, VPP1_SCHEDULES, RunConfig
-from oracle.layout import stage_layer_counts
+from oracle.errors import InvalidConfigError
+from oracle.layout import Layout
 
 
 def _divides(a: int, b: int) -> bool:
@@ -30,13 +31,15 @@ def check(run: RunConfig) -> list[str]:
         p.append(f"num_attention_heads={m.num_attention_heads} of {m.name} is not divisible by tp={t.tp}")
     if m.attention == "gqa" and m.kv_heads % t.tp and t.tp % m.kv_heads:
         p.append(f"num_query_groups={m.kv_heads} of {m.name} and tp={t.tp}: one must divide the other")
-    # pipeline layer assignment
-    first = t.first_stage_layers if t.first_stage_layers is not None else m.first_stage_layers
-    last = t.last_stage_layers if t.last_stage_layers is not None else m.last_stage_layers
-    counts = stage_layer_counts(m.num_layers, t.pp, t.vpp, first, last, t.pipeline_split)
-    if isinstance(counts, str):
-        p.append(f"{m.name}: {counts}")
-    # schedule vs vpp
+    # pipeline layer assignment: even, or Megatron's uneven layout keys (oracle.pipeline_layout); a
+    # split that does not tile names the values and suggests keys that would
+    rank_layers: list[int] | None = None
+    try:
+        stages = Layout(run).stage_layers
+        rank_layers = [sum(len(c) for c in chunks) for chunks in stages]
+    except InvalidConfigError as exc:
+        p += exc.problems
+    # schedule: the registered spec's own rules (VPP rule, least micro-batches), as the projector applies them
     sched = t.schedule
     if t.vpp > 1 and t.pp == 1:
         p.append(f"vpp={t.vpp} needs pp > 1")
@@ -81,9 +84,9 @@ def check(run: RunConfig) -> list[str]:
                      f"got recompute={t.recompute}")
         elif t.recompute_num_layers < 0:
             p.append(f"recompute_num_layers={t.recompute_num_layers} must be >= 0")
-        elif not isinstance(counts, str) and t.recompute_num_layers > max(counts) * t.vpp:
-            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {max(counts) * t.vpp} layers "
-                     f"per pipeline stage")
+        elif rank_layers is not None and t.recompute_num_layers > max(rank_layers):
+            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {max(rank_layers)} layers "
+                     f"of the largest pipeline stage")
     # precision
     if t.precision == "fp8" and not hw.supports("fp8"):
         p.append(f"precision=fp8 needs FP8 support; hardware {hw.name!r} has "

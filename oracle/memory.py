@@ -18,6 +18,7 @@ from oracle.layout import Layout
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
 
 __all__ = ["project_memory", "module_tree", "layer_activation_bytes", "in_flight_microbatches", "rank_param_counts",
+           "chunk_activation_shares",
            "MemoryAssumptions", "DEFAULT", "BYTES_WEIGHT", "BYTES_GRAD", "BYTES_OPTIMIZER"]
 
 # Megatron mixed precision (bf16 params, fp32 main grads, Adam): 18 B/param, or 6 + 12/d with the
@@ -70,6 +71,8 @@ class _Chunk:
     has_output: bool
     layers: tuple[tuple[str, str, int], ...]
     """(kind, policy, count) with policy 'none' | 'selective' | 'checkpoint'."""
+    mtp: int = 0
+    """MTP modules hosted here (oracle.pipeline_layout: with the loss unless a layout string says)."""
 
 
 _PLANS: dict[tuple, tuple[tuple[_Chunk, ...], ...]] = {}
@@ -78,13 +81,13 @@ _PLANS: dict[tuple, tuple[tuple[_Chunk, ...], ...]] = {}
 def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
     """Per rank, per chunk: layer kinds and recompute policy (cached; no per-layer work on a hit)."""
     t = run.training
-    key = (run.model, t.pp, t.vpp, t.schedule, t.first_stage_layers, t.last_stage_layers, t.pipeline_split,
-           t.recompute, t.recompute_num_layers)
+    key = (run.model, t.pp, t.vpp, t.schedule, t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers,
+           t.pipeline_model_parallel_layout, t.account_for_embedding_in_pipeline_split,
+           t.account_for_loss_in_pipeline_split, t.recompute, t.recompute_num_layers)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
     lay, kinds = Layout(run), run.model.layer_kinds
-    last_vs = t.pp * t.vpp - 1
     ranks = []
     for r, chunks in enumerate(lay.stage_layers):
         out = []
@@ -97,8 +100,8 @@ def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
             else:
                 groups = ((t.recompute, ks),)
             counts = tuple((k, pol, g.count(k)) for pol, g in groups for k in ("dense", "moe") if g.count(k))
-            # same rule as Layout.has_embedding / has_output: first and last virtual stage
-            out.append(_Chunk(c, vs, vs == 0, vs == last_vs, counts))
+            st = lay.stage(r, c)  # embedding / loss / MTP placement from the pipeline layout
+            out.append(_Chunk(c, vs, st.embedding, st.loss, counts, st.mtp))
         ranks.append(tuple(out))
     if len(_PLANS) > 4096:
         _PLANS.clear()
@@ -120,10 +123,16 @@ def _head(b: Blocks, run: RunConfig, ch: _Chunk) -> Block:
 
 
 def _extra_embedding_params(b: Blocks, run: RunConfig, ch: _Chunk) -> float:
-    """MTP on a stage without the embedding: Megatron builds an embedding copy there (mtp_process)."""
-    if run.model.mtp_layers and ch.has_output and not ch.has_embedding and not run.model.tied_embeddings:
-        return b.embedding.params_dense
-    return 0.0
+    """Weight copies an MTP stage holds besides its modules (Megatron mtp_process): the MTP embeds the
+    shifted tokens (an embedding copy where the stage lacks the embedding) and projects to logits with
+    the output weight (a copy where the stage lacks the output layer); tied embeddings share one copy."""
+    if not ch.mtp:
+        return 0.0
+    emb = b.embedding.params_dense
+    if run.model.tied_embeddings:
+        return 0.0 if ch.has_embedding or ch.has_output else emb
+    out_w = b.head.params_dense - b.head_no_weight.params_dense
+    return (0.0 if ch.has_embedding else emb) + (0.0 if ch.has_output else out_w)
 
 
 def rank_param_counts(run: RunConfig, rank: int) -> tuple[float, float]:
@@ -140,11 +149,32 @@ def rank_param_counts(run: RunConfig, rank: int) -> tuple[float, float]:
         if ch.has_embedding:
             dense += b.embedding.params_dense
         if ch.has_output:
-            dense += _head(b, run, ch).params_dense + _extra_embedding_params(b, run, ch)
-            if b.mtp is not None and b.mtp_head is not None:
-                dense += b.mtp.params_dense + b.mtp_head.params_dense
-                expert += b.mtp.params_expert
+            dense += _head(b, run, ch).params_dense
+        if ch.mtp and b.mtp is not None and b.mtp_head is not None:  # all MTP modules sit on one chunk
+            dense += b.mtp.params_dense + b.mtp_head.params_dense + _extra_embedding_params(b, run, ch)
+            expert += b.mtp.params_expert
     return dense, expert
+
+
+def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT
+                            ) -> tuple[tuple[float, ...], ...]:
+    """``[rank][chunk]``: the chunk's share of its rank's saved activation per micro-batch (decoder
+    layers and a standalone MTP stage; 1/vpp each when the rank holds none). The pipeline simulator
+    weighs each chunk's in-flight micro-batches by it, so uneven chunks count at their size."""
+    t = run.training
+    b = blocks(run.model, shape_of(run, assumptions))
+    mtp_pol = _mtp_policy(run)
+    out = []
+    for chunks in _plans(run):
+        acts = []
+        for ch in chunks:
+            a = sum(n * b.layer(kind).act(pol) for kind, pol, n in ch.layers)
+            if ch.mtp and not ch.has_output and b.mtp is not None and b.mtp_head is not None:
+                a += b.mtp.act(mtp_pol) + b.mtp_head.act_none
+            acts.append(a)
+        total = sum(acts)
+        out.append(tuple(a / total for a in acts) if total > 0 else (1.0 / t.vpp,) * t.vpp)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------- projection
@@ -198,26 +228,31 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 scale = f / f_closed if f_closed else 1.0
                 edge_act += _embedding_in_flight(sched, pp, vpp, m) * scale * e.act_none
                 largest_unit = max(largest_unit, e.params)
+            out_mult = min(1.0, f) if in_flight is not None else 1.0  # F then B right away
             if ch.has_output:
                 hd = _head(b, run, ch)
-                extra = _extra_embedding_params(b, run, ch)
-                p_dense += hd.params_dense + extra
-                out_mult = min(1.0, f) if in_flight is not None else 1.0  # F then B right away
+                p_dense += hd.params_dense
                 edge_act += out_mult * hd.act_none
-                largest_unit = max(largest_unit, hd.params, extra)
-                if b.mtp is not None and b.mtp_head is not None:
-                    p_dense += b.mtp.params_dense + b.mtp_head.params_dense
-                    p_exp += b.mtp.params_expert
-                    gemm += b.mtp.gemm_params
-                    edge_act += out_mult * (b.mtp.act(mtp_pol) + b.mtp_head.act_none)
-                    has_moe |= card.is_moe
-                    largest_unit = max(largest_unit, b.mtp.params / card.mtp_layers)
-                    if mtp_pol != "none":
-                        remat = max(remat, (b.mtp.act_none - b.mtp.act(mtp_pol)) / card.mtp_layers)
-                if not t.loss_fusion and assumptions.loss_fp32_scratch:
-                    # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
-                    v_r = card.padded_vocab(t.tp) / t.tp
-                    other.append(("loss_fp32_softmax", (1 + card.mtp_layers) * s.tokens * v_r * FP32))
+                largest_unit = max(largest_unit, hd.params)
+            if ch.mtp and b.mtp is not None and b.mtp_head is not None:  # all MTP modules sit on one chunk
+                extra = _extra_embedding_params(b, run, ch)
+                p_dense += b.mtp.params_dense + b.mtp_head.params_dense + extra
+                p_exp += b.mtp.params_expert
+                gemm += b.mtp.gemm_params
+                mtp_act = b.mtp.act(mtp_pol) + b.mtp_head.act_none
+                if ch.has_output:  # with the loss: its backward starts right after its forward
+                    edge_act += out_mult * mtp_act
+                else:  # a stage of its own (layout string): held like a layer until the loss's gradient returns
+                    layer_act += mtp_act
+                has_moe |= card.is_moe
+                largest_unit = max(largest_unit, b.mtp.params / card.mtp_layers, extra)
+                if mtp_pol != "none":
+                    remat = max(remat, (b.mtp.act_none - b.mtp.act(mtp_pol)) / card.mtp_layers)
+            heads = int(ch.has_output) + ch.mtp
+            if heads and not t.loss_fusion and assumptions.loss_fp32_scratch:
+                # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
+                v_r = card.padded_vocab(t.tp) / t.tp
+                other.append(("loss_fp32_softmax", heads * s.tokens * v_r * FP32))
         if remat:
             other.append(("recompute_buffer", remat))
         if t.fsdp:
@@ -307,11 +342,11 @@ def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = D
             kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}"))
         if ch.has_output:
             kids.append(_block_node(_head(b, run, ch)))
+        if ch.mtp and b.mtp is not None and b.mtp_head is not None:
             extra = _extra_embedding_params(b, run, ch)
             if extra:
-                kids.append(MemoryNode(name="mtp_embedding_copy", params=extra))
-            if b.mtp is not None and b.mtp_head is not None:
-                kids += [_block_node(b.mtp, 1, _mtp_policy(run)), _block_node(b.mtp_head)]
+                kids.append(MemoryNode(name="mtp_weight_copies", params=extra))
+            kids += [_block_node(b.mtp, 1, _mtp_policy(run)), _block_node(b.mtp_head)]
         chunk_nodes.append(MemoryNode(name=f"chunk{ch.chunk} (virtual stage {ch.virtual_stage})",
                                       params=sum(k.params for k in kids),
                                       activation_bytes=sum(k.activation_bytes for k in kids), children=tuple(kids)))

@@ -95,10 +95,6 @@ class ModelCard:
     """Router has a bias (gpt-oss) or an expert-score bias (DeepSeek aux-loss-free)."""
     mtp_layers: int = 0
     """Multi-token-prediction modules (DeepSeek V3: 1), each a full decoder layer plus projection."""
-    first_stage_layers: int | None = None
-    """Decoder layers on the first pipeline stage when uneven (Megatron decoder_first_pipeline_num_layers)."""
-    last_stage_layers: int | None = None
-    """Decoder layers on the last pipeline stage when uneven."""
     make_vocab_size_divisible_by: int = 128
     """Megatron pads the vocabulary to a multiple of this x TP."""
     published_params_billion: float | None = None

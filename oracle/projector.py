@@ -23,7 +23,7 @@ from oracle.flops import FLOP_FORMULA, model_flops_per_token
 from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout
-from oracle.memory import project_memory, rank_param_counts
+from oracle.memory import chunk_activation_shares, project_memory, rank_param_counts
 from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule
 from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
 from oracle.pipeline.schedules.ilp import work_budget as ilp_work_budget
@@ -97,16 +97,20 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
         ef, eb = lm.embedding()
         f += ef
         b += eb
+    of = ob = ow = 0.0
     if L.has_output(rank, chunk):
         of, ob, ow = lm.output()
         f, b, w = f + of, b + ob, w + ow
-        if m.mtp_layers:  # MTP modules: one extra decoder layer + output head each (DeepSeek-V3)
-            kind = "moe" if m.is_moe else "dense"
-            c = lm.layer(kind, None)
-            f += m.mtp_layers * (c.f_s + of)
-            host_f += m.mtp_layers * c.host_f_s
-            b += m.mtp_layers * (c.b_s + ob)
-            w += m.mtp_layers * (c.w_s + ow)
+    n_mtp = L.mtp_modules(rank, chunk)  # with the loss, or on a stage of its own (layout string)
+    if n_mtp:  # MTP modules: one extra decoder layer + output head each (DeepSeek-V3)
+        if not L.has_output(rank, chunk):
+            of, ob, ow = lm.output()
+        kind = "moe" if m.is_moe else "dense"
+        c = lm.layer(kind, None)
+        f += n_mtp * (c.f_s + of)
+        host_f += n_mtp * c.host_f_s
+        b += n_mtp * (c.b_s + ob)
+        w += n_mtp * (c.w_s + ow)
     return _Chunk(f=f + comm_f + host_f, b=b + rec + comm_b + host_rec, w=w, f_compute=f, b_compute=b,
                   w_compute=w, recompute=rec, host=host_f + host_rec, comm_exposed=exp, comm_total=tot)
 
@@ -177,8 +181,9 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     split = spec.splits_bw
     edges, p2p_algo = _p2p_edges(run, L, comm)
     # activation "bytes" in units of a full micro-batch of the rank, so the simulator's peak is the
-    # in-flight count the memory model wants (B/W release fractions included)
-    act = tuple(tuple(1.0 / vpp for _ in row) for row in chunks)
+    # in-flight count the memory model wants (B/W release fractions included); each chunk weighs its
+    # share of the rank's activation, so uneven pipeline layouts count chunks at their size
+    act = chunk_activation_shares(run)
     f = tuple(tuple(c.f for c in row) for row in chunks)
     if split:
         b = tuple(tuple(c.b for c in row) for row in chunks)

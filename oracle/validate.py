@@ -139,6 +139,31 @@ def _resolve(value: str, base_dir: Path | None) -> str:
     return str(base_dir / value)
 
 
+LAYOUT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout",
+               "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """A row that states no pipeline layout while its layers do not divide pp*vpp ran with the uneven
+    layout of the framework's recipe (oracle.pipeline_layout.recipe_layout; docs/accuracy.md "Uneven
+    pipeline layouts assumed for published rows"): set it in ``data`` and return the ``assumed`` note."""
+    from oracle.pipeline_layout import recipe_layout
+    try:
+        probe = RunConfig.from_dict(data, where=f"row {row.get('id')}", check=False)
+    except PrimusError:
+        return []  # the checked parse reports it
+    t, m = probe.training, probe.model
+    if t.pp < 1 or t.vpp < 1 or t.pp * t.vpp > m.num_layers + m.mtp_layers + 2:
+        return []  # no recipe has more virtual stages than layer slots (the checked parse says what is wrong)
+    found = recipe_layout(m.num_layers, t.pp, t.vpp, m.mtp_layers)
+    if found is None:
+        return []
+    keys, rule = found
+    data["training"].update(keys)
+    shown = ", ".join(f"{k}={'true' if v is True else v}" for k, v in keys.items())
+    return [f"{shown} ({rule})"]
+
+
 def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunConfig | None, list[str], str | None]:
     """(run, assumed keys, skip reason) for one CSV row; ``base_dir`` resolves relative card paths."""
     training: dict[str, Any] = {}
@@ -162,6 +187,8 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
     data = {"model": _resolve(row["model"].strip(), base_dir),
             "cluster": {"hardware": _resolve(row["hardware"].strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
+    if not any(k in training for k in LAYOUT_KEYS):
+        assumed += _assume_recipe_layout(data, row)
     try:
         run = RunConfig.from_dict(data, where=f"row {row.get('id')}")
     except PrimusError as exc:

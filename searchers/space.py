@@ -53,26 +53,38 @@ from typing import Any
 from oracle.config import SCHEDULES, RunConfig, TrainingConfig
 from oracle.errors import InvalidConfigError
 from oracle.legality import check as legality_check
+from oracle.pipeline_layout import card_weights, uneven_options
 from oracle.schema import coerce, unknown_key_problems
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainingConfig))
 _HINTS = typing.get_type_hints(TrainingConfig)
 
+LAYOUT_KEYS: tuple[str, ...] = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                                "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+                                "account_for_loss_in_pipeline_split")
+"""Megatron's pipeline layout keys (oracle.pipeline_layout). Unless pinned or restricted they are derived
+per (pp, vpp), not searched: the baseline's own keys at the baseline's (pp, vpp), the even split where
+the layers divide, else the best balanced uneven layout (``uneven_options``), so a pp*vpp that does not
+divide the layers (DeepSeek-V3's 61 at pp=16, Llama 3.1 405B's 126 at pp*vpp=128) stays reachable."""
 _PREFERRED_ORDER: tuple[str, ...] = (
     "tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
     "recompute", "recompute_num_layers", "precision", "fp8_activations", "moe_a2a_backend", "moe_sync_free",
     "use_distributed_optimizer", "fsdp", "overlap_grad_reduce", "overlap_param_gather",
-    "sequence_parallel", "loss_fusion", "moe_imbalance", "first_stage_layers", "last_stage_layers")
+    "sequence_parallel", "loss_fusion", "moe_imbalance", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split")
 CANONICAL_ORDER: tuple[str, ...] = tuple(f for f in _PREFERRED_ORDER if f in FIELDS) + tuple(
     sorted(f for f in FIELDS if f not in _PREFERRED_ORDER))
 """Every TrainingConfig field, in the order axes are listed (fields added later go last)."""
 
 STRUCTURE_AXES = frozenset({"tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
-                            "recompute", "recompute_num_layers", "first_stage_layers", "last_stage_layers"})
+                            "recompute", "recompute_num_layers", *LAYOUT_KEYS})
 """Axes enumerated as the 'structure' block; the rest form the 'flags' block (see module doc)."""
 ORDINAL_AXES = frozenset({"tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "gbs", "seq_len",
                           "recompute_num_layers", "moe_imbalance"})
 """Numeric axes whose neighbours are the adjacent values (others are categorical)."""
+_LAYOUT_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainingConfig)
+                                    if f.name in LAYOUT_KEYS}
 PAPER_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble", "zbv", "ilp")
 PARALLEL_AXES: tuple[str, ...] = ("tp", "cp", "pp", "vpp", "ep", "etp")
 
@@ -154,6 +166,11 @@ class SearchSpace:
         self.axes: tuple[str, ...] = tuple(n for n in CANONICAL_ORDER if len(axes[n]) > 1)
         """The searched axes (two or more values), in canonical order."""
         self.pins, self.restrict = pins, restrict
+        self._derive_layout = not any(k in pins or k in restrict for k in LAYOUT_KEYS)
+        self._layouts: dict[tuple[int, int], dict[str, Any]] = {}
+        if self._derive_layout:
+            self.baseline = dataclasses.replace(self.baseline, training=base_t.replace(
+                **self._layout_for(base_t.pp, base_t.vpp)))
 
     # ------------------------------------------------------------------ construction helpers
     @staticmethod
@@ -190,6 +207,32 @@ class SearchSpace:
             changes["use_distributed_optimizer"] = False
         return t.replace(**changes) if changes else t
 
+    def _layout_for(self, pp: int, vpp: int) -> dict[str, Any]:
+        """The pipeline layout keys a point with this (pp, vpp) runs with (see LAYOUT_KEYS); {} when
+        the user pinned or restricted them (then they are axes like any other)."""
+        if not self._derive_layout:
+            return {}
+        hit = self._layouts.get((pp, vpp))
+        if hit is None:
+            base = self.baseline.training
+            hit = {k: getattr(base, k) for k in LAYOUT_KEYS}
+            if (pp, vpp) != (base.pp, base.vpp) or hit == _LAYOUT_DEFAULTS:
+                m = self.baseline.model
+                hit = dict(_LAYOUT_DEFAULTS)
+                n_virtual = pp * vpp
+                # derived only while every virtual stage can hold a layer (embedding and loss counting
+                # as one each, Megatron's account_for_* convention); emptier stages are pure waste
+                if pp >= 1 and vpp >= 1 and m.num_layers % n_virtual and m.num_layers + 2 >= n_virtual:
+                    opts = uneven_options(m.num_layers, pp, vpp, m.mtp_layers, card_weights(m))
+                    if opts:
+                        hit.update(opts[0])
+            self._layouts[(pp, vpp)] = hit
+        return hit
+
+    def _with_layout(self, t: TrainingConfig) -> TrainingConfig:
+        lay = self._layout_for(t.pp, t.vpp)
+        return t.replace(**lay) if lay and any(getattr(t, k) != v for k, v in lay.items()) else t
+
     # ------------------------------------------------------------------ points and runs
     def point_of(self, run_or_training: RunConfig | TrainingConfig | Mapping[str, Any]) -> dict[str, Any]:
         """The searched-axis values of a run, training config or mapping (canonical form)."""
@@ -219,9 +262,11 @@ class SearchSpace:
                 changes[k] = _coerce_field(k, v)
             except ValueError as exc:
                 problems.append(str(exc))
-        t = self._canonical_training(self.baseline.training.replace(**changes))
+        t = self._with_layout(self._canonical_training(self.baseline.training.replace(**changes)))
         run = dataclasses.replace(self.baseline, training=t)
         for name in CANONICAL_ORDER:
+            if self._derive_layout and name in LAYOUT_KEYS:
+                continue  # derived from (pp, vpp), not searched
             v = getattr(t, name)
             allowed = self.values[name]
             if v not in allowed:
@@ -247,7 +292,7 @@ class SearchSpace:
         """The RunConfig of an enumerated point (a tuple in :attr:`axes` order or a mapping); unchecked."""
         if not isinstance(point, Mapping):
             point = dict(zip(self.axes, point))
-        return dataclasses.replace(self.baseline, training=self.baseline.training.replace(**point))
+        return dataclasses.replace(self.baseline, training=self._with_layout(self.baseline.training.replace(**point)))
 
     # ------------------------------------------------------------------ enumeration
     @staticmethod
@@ -260,7 +305,7 @@ class SearchSpace:
     def _legal_kwargs(self, t_kwargs: dict[str, Any], *, canonical: bool) -> bool:
         if canonical and not self._is_canonical(t_kwargs):
             return False
-        t = TrainingConfig(**t_kwargs)
+        t = TrainingConfig(**{**t_kwargs, **self._layout_for(t_kwargs["pp"], t_kwargs["vpp"])})
         return not legality_check(RunConfig(model=self.baseline.model, cluster=self.baseline.cluster,
                                             training=t))
 

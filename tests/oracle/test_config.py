@@ -114,10 +114,10 @@ def test_moe_checks():
 
 def test_uneven_pipeline_stages():
     d = json.loads(json.dumps(BASE))
-    d["training"].update(pp=4, tp=4, first_stage_layers=17, last_stage_layers=17)
+    d["training"].update(pp=4, tp=4, decoder_first_pipeline_num_layers=17, decoder_last_pipeline_num_layers=17)
     run = RunConfig.from_dict(d)
     assert [len(c[0]) for c in Layout(run).stage_layers] == [17, 23, 23, 17]
-    d["training"].update(first_stage_layers=18)
+    d["training"].update(decoder_first_pipeline_num_layers=18)
     with pytest.raises(InvalidConfigError, match="do not split evenly"):
         RunConfig.from_dict(d)
 
@@ -155,16 +155,18 @@ def test_list_where_mapping_belongs():
         RunConfig.from_dict(d)
 
 
-def test_embedding_and_loss_take_a_pipeline_slot_when_layers_do_not_divide():
+def test_embedding_and_loss_take_a_pipeline_slot_when_asked():
     d = {"model": "qwen3-235b-a22b", "cluster": {"hardware": "mi355x", "num_gpus": 32},
          "training": {"seq_len": 4096, "gbs": 1024, "pp": 4, "vpp": 2, "ep": 8, "precision": "fp8"}}
-    run = RunConfig.from_dict(d)
-    L = Layout(run)
+    # 94 layers over 8 virtual stages: refused, naming the Megatron keys that would tile them
+    with pytest.raises(InvalidConfigError, match="num_layers=94 is not divisible by pp\\*vpp = 4\\*2 = 8; set an "
+                                                 "uneven layout .*decoder_first_pipeline_num_layers=24, "
+                                                 "decoder_last_pipeline_num_layers=22"):
+        RunConfig.from_dict(d)
+    d["training"].update(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    L = Layout(RunConfig.from_dict(d))
     sizes = [len(L.stage_layers[r][c]) for c in range(2) for r in range(4)]  # virtual-stage order
     assert sizes == [11, 12, 12, 12, 12, 12, 12, 11] and sum(sizes) == 94
-    d["training"]["pipeline_split"] = "even"
-    with pytest.raises(InvalidConfigError, match="pipeline_split=even"):
-        RunConfig.from_dict(d)
 
 
 def test_recompute_num_layers_counts_per_stage():

@@ -218,7 +218,8 @@ def test_unfused_loss_adds_fp32_softmax_scratch_on_the_output_rank():
 
 
 def test_rank_param_counts_match_tree_and_bytes():
-    run = make("deepseek-v3", 256, pp=8, ep=32, gbs=512, seq_len=4096, first_stage_layers=5, last_stage_layers=8,
+    run = make("deepseek-v3", 256, pp=8, ep=32, gbs=512, seq_len=4096, decoder_first_pipeline_num_layers=5,
+               decoder_last_pipeline_num_layers=8,
                use_distributed_optimizer=False)
     mem = project_memory(run, trees="none")
     for r in (0, 3, 7):
@@ -231,7 +232,8 @@ def test_rank_param_counts_match_tree_and_bytes():
 
 
 def test_tree_sums_match_stage_totals():
-    run = make("deepseek-v3", 256, pp=8, ep=32, gbs=512, seq_len=4096, first_stage_layers=5, last_stage_layers=8,
+    run = make("deepseek-v3", 256, pp=8, ep=32, gbs=512, seq_len=4096, decoder_first_pipeline_num_layers=5,
+               decoder_last_pipeline_num_layers=8,
                recompute="selective")
     mem = project_memory(run, trees="all")
     for st in mem.stages:
@@ -244,8 +246,8 @@ def test_tree_sums_match_stage_totals():
 
 def test_projection_is_fast():
     import time
-    run = make("deepseek-v3", 1024, pp=16, ep=64, tp=2, gbs=4096, seq_len=4096, first_stage_layers=3,
-               last_stage_layers=2)
+    run = make("deepseek-v3", 1024, pp=16, ep=64, tp=2, gbs=4096, seq_len=4096, decoder_first_pipeline_num_layers=3,
+               decoder_last_pipeline_num_layers=2)
     project_memory(run)
     n = 200
     t0 = time.perf_counter()

@@ -116,7 +116,8 @@ def test_sync_free_moe_removes_the_stall_and_dense_models_have_none():
 def test_a_fixed_cost_per_micro_batch_makes_larger_micro_batches_pay_off():
     """Same micro-batch count, twice the tokens per micro-batch: per-token time falls because the
     per-MoE-layer stall is paid once per micro-batch (paper App. E Qwen3 sweep: +20% measured)."""
-    kw = dict(seq_len=4096, pp=4, vpp=2, ep=8, precision="fp8", recompute="full", recompute_num_layers=23)
+    kw = dict(seq_len=4096, pp=4, vpp=2, ep=8, precision="fp8", recompute="full", recompute_num_layers=23,
+              account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
     m1 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=1, gbs=1024, **kw)).tokens_per_s_per_gpu
     m2 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=2, gbs=2048, **kw)).tokens_per_s_per_gpu
     f1 = project(run_of("qwen3-235b-a22b", "mi355x", 32, mbs=1, gbs=1024, moe_a2a_backend="deepep",
