@@ -194,6 +194,8 @@ def format_tune_summary(s: dict[str, Any]) -> str:
                 lines.append("  " + "   ".join(extra))
     lines.append(f"ledger: {s['ledger']}")
     lines.append(f"summary: {s.get('summary', '')}")
+    if s.get("report"):
+        lines.append(f"report: {s['report']}")
     return "\n".join(lines)
 
 
