@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,10 @@ def _layout(run: RunConfig) -> dict[str, Any]:
         out["pipeline_model_parallel_layout"] = t.pipeline_model_parallel_layout
     emb = getattr(t, "account_for_embedding_in_pipeline_split", False)
     loss = getattr(t, "account_for_loss_in_pipeline_split", False)
-    split = getattr(t, "pipeline_split", "auto")
+    split = getattr(t, "pipeline_split", None)  # older configs: auto | even | embedding_loss
     if split == "embedding_loss" or (split == "auto" and t.pp > 1 and not first and not last
                                      and run.model.num_layers % (t.pp * t.vpp) != 0):
-        emb = loss = True  # what 'auto' resolves to when the even split does not divide
+        emb = loss = True  # what 'auto' resolved to when the even split did not divide
     if emb:
         out["account_for_embedding_in_pipeline_split"] = True
     if loss:
@@ -353,7 +354,7 @@ def _megatron_text(run: RunConfig, ex: Export) -> str:
         elif v is False:
             continue
         else:
-            args.append(f"{flag} {v}")
+            args.append(f"{flag} {shlex.quote(str(v))}")  # a layout string holds | and *
     return "\n".join(_header(run, ex) + [a + " \\" for a in args[:-1]] + args[-1:]) + "\n"
 
 

@@ -89,6 +89,25 @@ def test_megatron_round_trip_moe_recompute_and_deepep():
     assert c.recompute_granularity == "selective" and c.recompute_method is None
 
 
+def test_uneven_pipeline_layouts_are_exported():
+    """Megatron's layout keys, read with getattr so configs from before and after they existed both work."""
+    if "pipeline_model_parallel_layout" not in {f.name for f in dataclasses.fields(TrainingConfig)}:
+        pytest.skip("this TrainingConfig has no uneven-layout keys")
+    base = RunConfig.load(CONFIG, ["training.vpp=1", "training.pp=4"])
+    layout = "Et*20|t*20|t*20|t*20,L"
+    run = RunConfig.from_dict({**base.to_dict(), "training": {**base.to_dict()["training"],
+                                                              "pipeline_model_parallel_layout": layout}})
+    assert parse_megatron(export_run(run, "megatron")).pipeline_model_parallel_layout == layout  # shell-quoted
+    o = yaml.safe_load(export_run(run, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert o["pipeline_model_parallel_layout"] == layout
+    assert f"pipeline_model_parallel_layout={layout}" in comments(export_run(run, "torchtitan"))
+    run = RunConfig.from_dict({**base.to_dict(), "training": {**base.to_dict()["training"],
+                                                              "decoder_first_pipeline_num_layers": 18,
+                                                              "decoder_last_pipeline_num_layers": 18}})
+    a = parse_megatron(export_run(run, "megatron"))
+    assert (a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers) == (18, 18)
+
+
 def test_unsupported_options_are_listed_not_dropped():
     run = tiny(pp=2, vpp=2, pp_schedule="zbv", moe_a2a_backend="deepep", moe_sync_free=True, moe_imbalance=1.3)
     meg = export_run(run, "megatron")
