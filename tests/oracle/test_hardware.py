@@ -61,12 +61,13 @@ def test_every_efficiency_has_a_value_and_a_source(name):
     eff = hw.efficiency
     for field in FRACTIONS:
         value = getattr(eff, field)
-        if field == "gemm_fp8" and not hw.supports("fp8"):
-            assert value == 0.0, f"{name} has no fp8 peak, so gemm_fp8 should be 0 (not applicable)"
+        if field in ("gemm_fp8", "gemm_fp4") and not hw.supports(field[-3:]):
+            assert value == 0.0, f"{name} has no {field[-3:]} peak, so {field} should be 0 (not applicable)"
             continue
         assert 0.0 < value <= 1.0, f"{name}: efficiency.{field}={value} is not a fraction in (0, 1]"
     assert eff.gemm_k_half >= 1
     assert 0 < eff.kernel_launch_s < 1e-3 and 0 < eff.collective_launch_s < 1e-3
+    assert 0 < eff.host_op_s < 1e-3, f"{name}: host issue time per framework op must be in (0, 1 ms)"
     # a host stall per MoE-layer forward: zero (no queue to drain) up to tens of milliseconds
     assert 0 <= eff.moe_sync_stall_s < 0.05
     if hw.vendor != "cpu":
