@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from oracle.errors import InvalidConfigError
+from oracle.errors import InvalidConfigError, clip
 from oracle.model_card import ModelCard
 
 _MISSING = object()
@@ -58,8 +58,8 @@ class _Reader:
     def act(self, gated: bool) -> str | None:
         raw = self.opt("hidden_act", self.opt("activation_function", "silu" if gated else "gelu"))
         table = _GATED_ACT if gated else _PLAIN_ACT
-        if raw not in table:
-            self.problems.append(f"config.json (model_type {self.model_type!r}): hidden_act={raw!r} is "
+        if not isinstance(raw, str) or raw not in table:
+            self.problems.append(f"config.json (model_type {self.model_type!r}): hidden_act={clip(repr(raw), 100)} is "
                                  f"not supported for this family; supported: {', '.join(sorted(table))}")
             return None
         return table[raw]
@@ -292,22 +292,72 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 def _model_type(data: dict[str, Any]) -> str:
     mt = data.get("model_type")
     if mt is None:
-        for arch in data.get("architectures") or []:
-            if arch in _ARCHITECTURES:
+        archs = data.get("architectures")
+        for arch in archs if isinstance(archs, list) else []:
+            if isinstance(arch, str) and arch in _ARCHITECTURES:
                 return _ARCHITECTURES[arch]
         raise InvalidConfigError(
             f"config.json has no 'model_type' (architectures={data.get('architectures')!r}); "
             f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    if mt not in _FAMILIES:
-        raise InvalidConfigError(f"config.json model_type={mt!r} is not supported; "
+    if not isinstance(mt, str) or mt not in _FAMILIES:
+        raise InvalidConfigError(f"config.json model_type={clip(repr(mt), 100)} is not supported; "
                                  f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
     return mt
 
 
+# Largest accepted value of each size key, about 100x the largest published model's (DeepSeek-V3 / Kimi-K2:
+# 61-64 layers, hidden 7168, 18432 FFN, 384 experts, vocab 163840; Llama-4: 10M-token context). A value
+# above is a typo or an attack, refused before anything is sized by it (a list per layer, the parameter count).
+SIZE_LIMITS: dict[str, int] = {
+    "num_hidden_layers": 10_000, "n_layer": 10_000, "num_layers": 10_000,
+    "hidden_size": 2**20, "n_embd": 2**20, "d_model": 2**20,
+    "intermediate_size": 2**22, "moe_intermediate_size": 2**22, "shared_expert_intermediate_size": 2**22,
+    "n_inner": 2**22, "ffn_hidden_size": 2**22,
+    "num_attention_heads": 2**16, "n_head": 2**16, "num_key_value_heads": 2**16, "head_dim": 2**16,
+    "vocab_size": 2**24,
+    "num_local_experts": 2**16, "n_routed_experts": 2**16, "num_experts": 2**16, "n_shared_experts": 2**16,
+    "num_experts_per_tok": 2**16,
+    "max_position_embeddings": 2**30, "n_positions": 2**30, "sliding_window": 2**30,
+    "kv_lora_rank": 2**20, "q_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
+    "v_head_dim": 2**16, "first_k_dense_replace": 10_000, "moe_layer_freq": 10_000,
+    "decoder_sparse_step": 10_000, "max_window_layers": 10_000,
+}
+"""Size keys of a config.json and the largest value :func:`card_from_hf_config` accepts."""
+MAX_LIST_LENGTH = 10_000
+"""Longest per-layer list (``layer_types``, ``mlp_only_layers``) accepted."""
+
+
+def size_problems(data: dict[str, Any]) -> list[str]:
+    """One line per absurd size in ``data`` (above :data:`SIZE_LIMITS`, or a list longer than a model's layers)."""
+    problems = []
+    for key, limit in SIZE_LIMITS.items():
+        v = data.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (v <= limit):  # NaN too
+            if not isinstance(v, int):
+                shown = repr(v)
+            elif v.bit_length() <= 128:
+                shown = f"{v:,}"
+            else:
+                shown = f"a number of about {int(v.bit_length() * 0.30103)} digits"
+            problems.append(f"config.json {key}={shown} is absurd: at most {limit:,} is accepted "
+                            f"(about 100x the largest published model's)")
+    for key, v in data.items():
+        if isinstance(v, list) and len(v) > MAX_LIST_LENGTH:
+            problems.append(f"config.json {key} has {len(v):,} entries: at most {MAX_LIST_LENGTH:,} (one per layer)")
+    return problems
+
+
 def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
-    """A model card from a parsed Hugging Face ``config.json`` (raises InvalidConfigError)."""
+    """A model card from a parsed Hugging Face ``config.json`` (raises InvalidConfigError).
+
+    Sizes above :data:`SIZE_LIMITS` are refused first, so a ``num_hidden_layers`` of 10**9 is an error,
+    not a billion-entry list.
+    """
     if not isinstance(data, dict):
         raise InvalidConfigError(f"config.json for {name!r} must be a JSON object, got a {type(data).__name__}")
+    absurd = size_problems(data)
+    if absurd:
+        raise InvalidConfigError(absurd)
     mt = _model_type(data)
     r = _Reader(data, mt)
     fields = _FAMILIES[mt](r)

@@ -10,10 +10,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from oracle.errors import UnknownComponentError
+from oracle.errors import InvalidConfigError, UnknownComponentError
 
 T = TypeVar("T")
 SUFFIXES = (".yaml", ".yml", ".json")
+MAX_NAME_CHARS = 255
+"""Longest bundled name or file name (POSIX NAME_MAX); longer ones never reach the file system."""
+MAX_PATH_CHARS = 4096
+"""Longest path (Linux PATH_MAX)."""
+
+
+def check_name(kind: str, name_or_path: object) -> str:
+    """``name_or_path`` if it can name a component; InvalidConfigError (one line, value cut short) otherwise.
+
+    Checked before any file-system call, so a 5,000-character or NUL-bearing value is a clear error
+    instead of ``OSError: File name too long``.
+    """
+    if not isinstance(name_or_path, str):
+        raise InvalidConfigError(f"{kind} must be a name or a path to a YAML file, got a "
+                                 f"{type(name_or_path).__name__} ({str(name_or_path)[:60]!r})")
+    shown = repr(name_or_path[:60]) + (f"... ({len(name_or_path):,} characters)" if len(name_or_path) > 60 else "")
+    if not name_or_path.strip():
+        raise InvalidConfigError(f"{kind} name is empty; give a bundled name or a path to a YAML file")
+    if any(ord(c) < 32 for c in name_or_path):
+        raise InvalidConfigError(f"{kind} {shown} contains control characters; give a bundled name or a path")
+    longest = max(len(part.encode("utf-8", "surrogatepass")) for part in name_or_path.split("/"))
+    if longest > MAX_NAME_CHARS or len(name_or_path.encode("utf-8", "surrogatepass")) > MAX_PATH_CHARS:
+        raise InvalidConfigError(f"{kind} {shown} is too long: a name or file name is at most {MAX_NAME_CHARS} "
+                                 f"bytes and a path at most {MAX_PATH_CHARS}")
+    return name_or_path
 
 
 class YamlRegistry(Generic[T]):
@@ -27,20 +52,29 @@ class YamlRegistry(Generic[T]):
         return sorted(p.stem for p in self.directory.glob("*.yaml"))
 
     def load(self, name_or_path: str) -> T:
+        name_or_path = check_name(self.kind, name_or_path)
         bundled = self.directory / f"{name_or_path}.yaml"
         is_path = "/" in name_or_path or Path(name_or_path).suffix.lower() in SUFFIXES
-        if not is_path and bundled.exists():
+        if not is_path and _exists(bundled):
             key: object = ("bundled", name_or_path)
             if key not in self._cache:
                 self._cache[key] = self._parse_bundled(bundled, name_or_path)
             return self._cache[key]
         path = Path(name_or_path)
-        if not is_path and not path.exists():
+        if not is_path and not _exists(path):
             raise UnknownComponentError(self.kind, name_or_path, self.names())
         try:
             key = ("path", str(path.resolve()), path.stat().st_mtime_ns)
-        except OSError:  # missing file: let the parser report it with its own message
+        except (OSError, RuntimeError):  # missing or unreadable: the parser reports it with its own message
             return self._parse_path(path)
         if key not in self._cache:
             self._cache[key] = self._parse_path(path)
         return self._cache[key]
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()`` that answers False instead of raising (permissions, odd names)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False

@@ -192,7 +192,9 @@ def bundled() -> list[str]:
 
 def load_experiment(name_or_path: str | Path) -> Experiment:
     """Load a spec by path, or by the name of a bundled spec (``experiments/NAME.yaml``)."""
-    p = Path(name_or_path)
+    from oracle.registry import check_name
+
+    p = Path(check_name("experiment", str(name_or_path)))
     if not p.exists():
         cand = EXPERIMENT_DIR / f"{name_or_path}.yaml"
         if cand.exists() and "/" not in str(name_or_path):
