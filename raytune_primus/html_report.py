@@ -30,6 +30,8 @@ from oracle.errors import InvalidConfigError
 
 REPORT_NAME = "report.html"
 CALIBRATION_NAME = "calibration.json"
+REAL_ORACLE_MODES = ("simulate", "benchmark", "both")
+"""Runs scored by the projector (their winner can be re-projected for the per-stage pictures)."""
 TOP_TRIALS = 10
 """Rows of the best-trials and Pareto tables."""
 FIGURES = ("best_so_far.png", "compare.png", "memory_stages.png", "pipeline.png", "time_breakdown.png",
@@ -63,7 +65,7 @@ def _num(v: Any, nd: int = 0) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return _esc(v)
+        return str(v)
     return f"{v:,.{nd}f}"
 
 
@@ -143,9 +145,11 @@ def _kind(summary: dict[str, Any]) -> str:
 
 
 def _reproject(projection: dict[str, Any] | None, training: dict[str, Any] | None,
-               experiment: str | None) -> tuple[Any, Any, Any, str | None]:
+               experiment: str | None, oracle_mode: str | None) -> tuple[Any, Any, Any, str | None]:
     """(RunConfig, Projection, PipelineResult) of a winner, re-projected in simulate mode for the
     per-stage memory and the timeline; (None, None, None, why) when that is not possible."""
+    if oracle_mode not in REAL_ORACLE_MODES:
+        return None, None, None, f"the {oracle_mode!r} oracle is not the projector (a test oracle)"
     try:
         from oracle.config import RunConfig
         from oracle.projector import pipeline_result, project
@@ -177,7 +181,7 @@ def _projection_section(out: list[str], plots: list[Path], results: Path, label:
             ("iteration", "-" if p.get("iteration_time_s") is None else f"{p['iteration_time_s']:.3f} s"),
             ("peak memory", "-" if mem.get("peak_gib") is None else
              f"{_gib(mem['peak_gib'])} / {_gib(mem.get('cap_gib'))} GiB")]
-    out.append("".join(f'<div class="kpi"><b>{v}</b><span>{_esc(k)}</span></div>' for k, v in kpis))
+    out.append("".join(f'<div class="kpi"><b>{_esc(v)}</b><span>{_esc(k)}</span></div>' for k, v in kpis))
     if mem:
         cls, word = ("fit", "fits in memory") if mem.get("fits") else ("nofit", "does NOT fit in memory")
         out.append(f'<p class="{cls}">{word} (oracle mode {_esc(p.get("mode", "?"))})</p>')
@@ -189,14 +193,15 @@ def _projection_section(out: list[str], plots: list[Path], results: Path, label:
                    f"<b>{_esc(cl.get('hardware'))}</b></p>")
     if training:
         keys = [k for k, v in training.items() if v is not None]
-        out.append(_table([[_esc(training[k]) for k in keys]], keys, cls="cfg"))
+        out.append(_table([[training[k] for k in keys]], keys, cls="cfg"))
     for w in p.get("warnings") or []:
         out.append(f'<p class="note">warning: {_esc(w)}</p>')
     if run is not None:
         _export_block(out, run)
     if why:
         out.append(f'<p class="note">per-stage memory and pipeline timeline not drawn: {_esc(why)}</p>')
-    memory = proj.memory if proj is not None else (mem if mem.get("cap_gib") is not None else None)
+    # without a re-projection only a full Projection.to_dict() has the buckets (a synthetic oracle has none)
+    memory = proj.memory if proj is not None else (mem if "params_gib" in mem and "cap_gib" in mem else None)
     if memory is not None:
         plots.append(P.memory_stages(memory, results / "memory_stages.png",
                                      title=f"{label}: memory per pipeline stage (* = worst stage, decides fits)"))
@@ -363,7 +368,7 @@ def write_report(results_dir: str | Path, summary: dict[str, Any] | None = None)
         if w:
             out.append(f"<h2>Winner: {_num(w.get('tokens_per_s_per_gpu'))} tokens/s/GPU "
                        f"<span class='sub'>(config {_esc(w.get('key', ''))})</span></h2>")
-            run, proj, pipe, why = _reproject(w.get("projection"), w.get("config"), exp)
+            run, proj, pipe, why = _reproject(w.get("projection"), w.get("config"), exp, summary.get("oracle_mode"))
             if why:
                 notes.append(why)
             _projection_section(out, plots, results, "winner", w.get("projection"), run, proj, pipe, why)
@@ -390,7 +395,7 @@ def write_report(results_dir: str | Path, summary: dict[str, Any] | None = None)
             out.append("<h2>Best so far per searcher</h2>" + _img(plots[-1], "median best-so-far vs the optimum"))
         if opt.get("config"):
             out.append(f"<h2>Exhaustive optimum: {_num(opt.get('tokens_per_s_per_gpu'))} tokens/s/GPU</h2>")
-            run, proj, pipe, why = _reproject(None, opt["config"], exp)
+            run, proj, pipe, why = _reproject(None, opt["config"], exp, summary.get("oracle_mode"))
             if why:
                 notes.append(why)
             _projection_section(out, plots, results, "optimum", None, run, proj, pipe, why)

@@ -146,3 +146,22 @@ def test_the_netlog_check_sees_an_external_resource(tmp_path):
                     "--disable-background-networking", f"--user-data-dir={tmp_path / 'p'}",
                     f"--log-net-log={netlog}", "--dump-dom", page.as_uri()], capture_output=True, timeout=120)
     assert _page_requests(netlog) == ["http://127.0.0.1:9/x.png"]
+
+
+def test_report_of_a_synthetic_oracle_run_says_what_it_left_out(tmp_path):
+    """The synthetic test oracle has no memory buckets or pipeline: the page still renders the search."""
+    from raytune_primus.html_report import write_report
+    from raytune_primus.jobs import tune_experiment
+    from searchers.experiment import load_experiment
+    from searchers.testing import SyntheticEvaluator
+
+    summary = tune_experiment(load_experiment(EXPERIMENT), tmp_path, driver="inprocess", budget=5,
+                              evaluator=SyntheticEvaluator(), progress=False)
+    assert "plot_error" not in summary and Path(summary["report"]).exists()
+    names = {Path(p).name for p in summary["plots"]}
+    assert names == {"best_so_far.png", "throughput_memory.png", "prefilter.png"}
+    rep = write_report(tmp_path)
+    html = rep.html.read_text()
+    assert _resources(html).imgs == len(rep.plots)
+    # the projector's pictures of a winner the projector did not score would mix two oracles: left out, said why
+    assert "not drawn" in html and "test oracle" in rep.notes[0]
