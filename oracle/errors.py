@@ -12,6 +12,15 @@ class PrimusError(Exception):
     """Base of every error the product raises on purpose."""
 
 
+def clip(text: str, limit: int = 400) -> str:
+    """``text`` with its middle elided when longer than ``limit``: a 5,000-character value echoed in a
+    message keeps the start (where, which key) and the end (what would be valid) on one short line."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 5 // 9, limit * 4 // 9
+    return f"{text[:head]} ...[{len(text) - head - tail:,} characters]... {text[-tail:]}"
+
+
 class InvalidConfigError(PrimusError, ValueError):
     """A configuration, model card, CSV row or experiment spec is not acceptable.
 

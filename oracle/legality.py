@@ -10,6 +10,13 @@ def _divides(a: int, b: int) -> bool:
     return a > 0 and b % a == 0
 
 
+MAX_STAGES_PER_LAYER = 64
+"""pp*vpp above this many times (layers + embedding + loss) is refused before any layout is built."""
+MAX_MICROBATCHES = 65_536
+"""Micro-batches per iteration the pipeline simulator accepts (~0.4 ms each on a 2-core CPU: ~30 s at
+the limit); published recipes use at most a few thousand."""
+
+
 def check(run: RunConfig) -> list[str]:
     """Return the list of reasons ``run`` cannot be trained as configured (empty = legal)."""
     t, m, n = run.training, run.model, run.cluster.num_gpus
@@ -20,6 +27,14 @@ def check(run: RunConfig) -> list[str]:
             p.append(f"training.{k}={getattr(t, k)} must be >= 1")
     if p:
         return p
+    # absurd depths end here, before a layout lists every virtual stage (a fuzzed vpp of 1e16 ran out of memory)
+    if t.pp > n or t.pp * t.vpp > MAX_STAGES_PER_LAYER * (m.num_layers + m.mtp_layers + 2):
+        return [f"pp*vpp = {t.pp}*{t.vpp} pipeline stages cannot be laid out: {n} GPUs, {m.num_layers} layers "
+                f"of {m.name}"]
+    mp = t.tp * t.pp * t.cp
+    if n % mp == 0 and t.gbs // (t.mbs * (n // mp)) > MAX_MICROBATCHES:  # the simulator walks each one
+        return [f"gbs/(mbs*dp) = {t.gbs}/({t.mbs}*{n // mp}) = {t.gbs // (t.mbs * (n // mp)):,} micro-batches per "
+                f"iteration: at most {MAX_MICROBATCHES:,} are simulated (raise mbs or lower gbs)"]
     if t.moe_imbalance < 1.0:
         p.append(f"training.moe_imbalance={t.moe_imbalance} must be >= 1.0 (busiest-rank / mean load)")
     model_par = t.tp * t.pp * t.cp

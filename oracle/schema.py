@@ -11,7 +11,7 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from oracle.errors import InvalidConfigError
+from oracle.errors import InvalidConfigError, clip
 
 T = TypeVar("T")
 
@@ -119,7 +119,7 @@ def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] 
             try:
                 kwargs[f.name] = coerce(data[f.name], hints[f.name], f"{where}.{f.name}")
             except ValueError as exc:
-                problems.append(str(exc))
+                problems.append(clip(str(exc)))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             problems.append(f"{where}: missing required key {f.name!r}")
     if problems:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle.config import RunConfig, TrainingConfig
-from oracle.errors import InvalidConfigError, PrimusError
+from oracle.errors import InvalidConfigError, PrimusError, clip
 
 REQUIRED_COLUMNS = ("id", "model", "hardware", "num_gpus")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_peak_mem_gib")
@@ -182,10 +182,10 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
         return None, assumed, "num_gpus is not published"
     try:
         num_gpus = int(float(ng))
-    except ValueError:
-        return None, assumed, f"num_gpus={ng!r} is not a number"
-    data = {"model": _resolve(row["model"].strip(), base_dir),
-            "cluster": {"hardware": _resolve(row["hardware"].strip(), base_dir), "num_gpus": num_gpus},
+    except (ValueError, OverflowError):  # 'abc', 'nan'; 'inf', '1e400'
+        return None, assumed, f"num_gpus={clip(repr(ng), 80)} is not a whole number of GPUs"
+    data = {"model": _resolve((row.get("model") or "").strip(), base_dir),  # a short row's missing cells are None
+            "cluster": {"hardware": _resolve((row.get("hardware") or "").strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)
@@ -203,7 +203,7 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | P
         from oracle.projector import project as project_fn
     out = []
     for row in rows:
-        rid = row.get("id", "").strip()
+        rid = (row.get("id") or "").strip()
         group = (row.get("group") or "").strip()
         quality = (row.get("quality") or "").strip()
         try:

@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oracle.errors import PrimusError
+from oracle.errors import PrimusError, clip
 
 EXIT_USAGE = 2
+MAX_ERROR_LINE = 1000
+"""Error lines longer than this lose their middle (oracle.errors.clip): a 5,000-character value echoed
+back stays one readable line."""
 
 
 def _json_default(o: Any) -> Any:
@@ -324,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except PrimusError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            print(f"error: {line}", file=sys.stderr)
+            print(f"error: {clip(line, MAX_ERROR_LINE)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
