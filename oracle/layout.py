@@ -138,12 +138,11 @@ class Layout:
         Interleaved: virtual stage ``chunk * pp + rank``. V-shape schedules: rank r hosts virtual
         stages r and 2*pp-1-r.
         """
-        st = self.assignment.stages
-        return tuple(tuple(st[self.virtual_stage(r, c)].layers for c in range(self.t.vpp)) for r in range(self.t.pp))
+        return self.assignment.layers_by_rank(self.v_shape)
 
     def stage(self, rank: int, chunk: int) -> VirtualStage:
         """The virtual stage hosted by (rank, chunk)."""
-        return self.assignment.stages[self.virtual_stage(rank, chunk)]
+        return self.assignment.by_rank(self.v_shape)[rank][chunk]
 
     def recomputed_layers(self, rank: int, chunk: int) -> int:
         """How many leading layers of (rank, chunk) full recompute replays (0 without full recompute).
@@ -188,7 +187,8 @@ def assignment_of(run: RunConfig) -> PipelineAssignment:
     return assign(m.num_layers, t.pp, t.vpp, mtp_layers=m.mtp_layers, first=t.decoder_first_pipeline_num_layers,
                   last=t.decoder_last_pipeline_num_layers, layout=t.pipeline_model_parallel_layout,
                   account_for_embedding=t.account_for_embedding_in_pipeline_split,
-                  account_for_loss=t.account_for_loss_in_pipeline_split, model=m.name, weights=_weights(m))
+                  account_for_loss=t.account_for_loss_in_pipeline_split, model=m.name,
+                  weights=lambda: _weights(m))
 
 
 @lru_cache(maxsize=256)

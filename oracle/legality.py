@@ -48,12 +48,12 @@ def check(run: RunConfig) -> list[str]:
         p.append(f"num_query_groups={m.kv_heads} of {m.name} and tp={t.tp}: one must divide the other")
     # pipeline layer assignment: even, or Megatron's uneven layout keys (oracle.pipeline_layout); a
     # split that does not tile names the values and suggests keys that would
-    rank_layers: list[int] | None = None
+    lay = Layout(run)
     try:
-        stages = Layout(run).stage_layers
-        rank_layers = [sum(len(c) for c in chunks) for chunks in stages]
+        lay.assignment  # noqa: B018 - resolves (and caches) the layout or raises naming the values
     except InvalidConfigError as exc:
         p += exc.problems
+        lay = None
     # schedule: the registered spec's own rules (VPP rule, least micro-batches), as the projector applies them
     sched = t.schedule
     if t.vpp > 1 and t.pp == 1:
@@ -99,8 +99,8 @@ def check(run: RunConfig) -> list[str]:
                      f"got recompute={t.recompute}")
         elif t.recompute_num_layers < 0:
             p.append(f"recompute_num_layers={t.recompute_num_layers} must be >= 0")
-        elif rank_layers is not None and t.recompute_num_layers > max(rank_layers):
-            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {max(rank_layers)} layers "
+        elif lay is not None and t.recompute_num_layers > (most := max(sum(map(len, c)) for c in lay.stage_layers)):
+            p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {most} layers "
                      f"of the largest pipeline stage")
     # precision
     if t.precision == "fp8" and not hw.supports("fp8"):

@@ -22,7 +22,8 @@ stage with the loss (Megatron's post-process stage).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from oracle.errors import InvalidConfigError
@@ -57,6 +58,26 @@ class PipelineAssignment:
     stages: tuple[VirtualStage, ...]
     method: str
     """How it was derived: even | first_last | account_for | layout."""
+    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def by_rank(self, v_shape: bool = False) -> tuple[tuple[VirtualStage, ...], ...]:
+        """``by_rank(v_shape)[rank][chunk]``: the stage that (rank, chunk) hosts. Megatron's interleaved
+        map: stage chunk*pp + rank; V-shape schedules: rank r hosts stages r and 2*pp-1-r (memoised)."""
+        hit = self._memo.get(v_shape)
+        if hit is None:
+            pp = self.pp
+            hit = tuple(tuple(self.stages[(r if c == 0 else 2 * pp - 1 - r) if v_shape else c * pp + r]
+                              for c in range(self.vpp)) for r in range(pp))
+            self._memo[v_shape] = hit
+        return hit
+
+    def layers_by_rank(self, v_shape: bool = False) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """``[rank][chunk]`` = decoder layer indices (memoised)."""
+        key = ("layers", v_shape)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = tuple(tuple(s.layers for s in row) for row in self.by_rank(v_shape))
+        return hit
 
     @property
     def layer_counts(self) -> tuple[int, ...]:
@@ -188,14 +209,16 @@ class _NoTile(InvalidConfigError):
 def assign(num_layers: int, pp: int, vpp: int, *, mtp_layers: int = 0, first: int | None = None,
            last: int | None = None, layout: str | None = None, account_for_embedding: bool = False,
            account_for_loss: bool = False, model: str = "model",
-           weights: StageWeights | None = None) -> PipelineAssignment:
+           weights: StageWeights | Callable[[], StageWeights] | None = None) -> PipelineAssignment:
     """The per-virtual-stage assignment; InvalidConfigError naming the values when they do not tile
     ``num_layers`` exactly (see the module doc for Megatron's rules) and suggesting keys that would,
-    balanced under ``weights`` (:func:`card_weights`; default Megatron's layer-count convention)."""
+    balanced under ``weights`` (:func:`card_weights`, or a function returning them, called only then;
+    default Megatron's layer-count convention)."""
     out = _assign_or_error(num_layers, pp, vpp, mtp_layers, first, last, layout, account_for_embedding,
                            account_for_loss, model)
     if isinstance(out, _NoTile):
-        raise InvalidConfigError(str(out) + _suggestion(num_layers, pp, vpp, mtp_layers, weights))
+        w = weights() if callable(weights) else weights
+        raise InvalidConfigError(str(out) + _suggestion(num_layers, pp, vpp, mtp_layers, w))
     if isinstance(out, InvalidConfigError):
         raise InvalidConfigError(out.problems)
     return out

@@ -20,6 +20,7 @@ moe_a2a_backend       alltoall, deepep (MoE only)
 moe_sync_free         false, true (MoE only; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
 everything else       the baseline value (gbs, etp, recompute_num_layers, overlap flags, ...)
+pipeline layout keys  derived per (pp, vpp), not searched (LAYOUT_KEYS): uneven where layers do not divide
 ====================  ==============================================================================
 
 The baseline's own values are always included. A user ``pin`` sets an axis to one value; a user
