@@ -49,7 +49,7 @@ class Bencher:
     """Measures layer specs on the local device through the on-disk cache (imports torch)."""
 
     def __init__(self, *, cache_dir: str | None = None, use_cache: bool = True, warmup: int = 2, repeats: int = 7,
-                 per_op: bool = True, device: str | None = None) -> None:
+                 per_op: bool = True, device: str | None = None, stat: str = "median") -> None:
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - torch is a dependency of benchmark mode
@@ -58,7 +58,7 @@ class Bencher:
         from oracle.benchmark.cache import MeasurementCache
         self._timing = timing
         self.device = torch.device(device) if device else timing.default_device()
-        self.settings = timing.TimingSettings(warmup=warmup, repeats=repeats, per_op=per_op)
+        self.settings = timing.TimingSettings(warmup=warmup, repeats=repeats, per_op=per_op, stat=stat)
         self.cache = MeasurementCache(cache_dir) if use_cache else None
         self.device_name = timing.device_name(self.device)
         self.versions = timing.software_versions()

@@ -1,0 +1,172 @@
+"""``raytune-primus hardware calibrate``: a hardware profile for the machine it runs on, from measurements.
+
+Starts from a base profile (its peaks, capacities and citations) and replaces what can be measured here:
+achievable bf16 GEMM and attention efficiency, memory bandwidth efficiency, the per-op host/launch cost,
+and, with ``world > 1`` processes, the link bandwidth and latency between them over the local
+torch.distributed backend (gloo on CPU, NCCL/RCCL on GPUs), fitted as time = latency + bytes / bandwidth
+to point-to-point exchanges. On a CPU, ``threads`` cores make one "device" (peaks scale with the cores),
+so ``world`` processes x ``threads`` cores describe a node of CPU "GPUs" the end-to-end trainer uses.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from oracle.benchmark.timing import default_device, device_name
+from oracle.hardware import load_hardware
+from oracle.yamlio import load_mapping
+
+
+def _median_time(fn, device: torch.device, repeats: int = 5, warmup: int = 2, stat: str = "median") -> float:
+    ts = []
+    for i in range(warmup + repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i >= warmup:
+            ts.append(time.perf_counter() - t0)
+    return min(ts) if stat == "min" else statistics.median(ts)
+
+
+def measure_kernels(device: torch.device) -> dict[str, float]:
+    """Achieved bf16 GEMM FLOP/s (best of a few square sizes), attention fwd/bwd FLOP/s, copy bytes/s, tiny-op s."""
+    cpu = device.type == "cpu"
+    sizes = (512, 1024, 2048) if cpu else (4096, 8192)
+    gemm = 0.0
+    for n in sizes:
+        a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        gemm = max(gemm, 2 * n ** 3 / _median_time(lambda: a @ b, device))
+    h, s, d = (8, 1024, 64) if cpu else (32, 8192, 128)
+    q, k, v = (torch.randn(1, h, s, d, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    fl = 4.0 * h * d * s * (s + 1) / 2  # causal QK^T + PV
+    attn_f = fl / _median_time(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), device)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    g = torch.randn_like(out)
+    attn_b = 2.5 * fl / _median_time(lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True), device)
+    n = (64 if cpu else 1024) * 2 ** 20
+    x = torch.empty(n, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    copy = 2 * n / _median_time(lambda: y.copy_(x), device)
+    t = torch.zeros(8, device=device)
+    op = _median_time(lambda: [t.add_(1.0) for _ in range(1000)], device) / 1000
+    return {"gemm_bf16_flops": gemm, "attention_fwd_flops": attn_f, "attention_bwd_flops": attn_b,
+            "copy_bytes_per_s": copy, "tiny_op_s": op}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _link_worker(rank: int, world: int, port: int, threads: int, out: str, cuda: bool) -> None:
+    import torch.distributed as dist
+    torch.set_num_threads(threads)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    rows = []
+    for nbytes in (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24):
+        buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=dev)
+
+        def pingpong() -> None:
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            elif rank == 1:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+        dist.barrier()
+        t = _median_time(pingpong, dev, repeats=9, stat="min") / 2  # one direction, least-disturbed exchange
+        dist.barrier()
+        ar = _median_time(lambda: dist.all_reduce(buf), dev, repeats=7, stat="min")
+        rows.append((nbytes, t, ar))
+    if rank == 0:
+        Path(out).write_text(repr(rows))
+    dist.destroy_process_group()
+
+
+def measure_links(world: int, threads: int = 1, cuda: bool = False) -> dict[str, Any]:
+    """Fit latency and bandwidth of one link from ping-pong exchanges between ``world`` local processes."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "links.txt")
+        mp.spawn(_link_worker, args=(world, _free_port(), threads, out, cuda), nprocs=world, join=True)
+        rows = eval(Path(out).read_text())  # noqa: S307 - our own repr of a list of float tuples
+    # robust two-point fit: latency = median of the small exchanges, bandwidth from the largest one
+    small = [r[1] for r in rows if r[0] <= 1 << 17]
+    lat = float(statistics.median(small))
+    n_big, t_big = rows[-1][0], rows[-1][1]
+    bw = float(n_big / max(t_big - lat, t_big * 0.1))
+    return {"latency_s": lat, "bandwidth_bytes_per_s": bw,
+            "points": [{"bytes": r[0], "p2p_s": r[1], "all_reduce_s": r[2]} for r in rows]}
+
+
+def calibrate(*, base: str, name: str, world: int = 1, threads: int | None = None) -> tuple[dict[str, Any], dict]:
+    """(profile mapping in the YAML format of oracle.hardware, raw measurements)."""
+    dev = default_device()
+    cpu = dev.type == "cpu"
+    if cpu and threads:
+        torch.set_num_threads(threads)
+    threads = torch.get_num_threads() if cpu else 0
+    hw = load_hardware(base)
+    data = load_mapping(Path(hw.source_path) if getattr(hw, "source_path", None) else _profile_path(base),
+                        "hardware profile")
+    k = measure_kernels(dev)
+    peak_scale = threads / hw.num_compute_units if cpu else 1.0
+    peak_bf16 = hw.peak_flops_per_s["bf16"] * peak_scale
+    when = datetime.date.today().isoformat()
+    where = f"{device_name(dev)}, torch {torch.__version__}, {when}"
+
+    def src(what: str) -> str:
+        return f"measured by `raytune-primus hardware calibrate` on {where}: {what}"
+    data["name"] = name
+    data["description"] = f"calibrated on {device_name(dev)}" + (f", {threads} core(s) per device" if cpu else "")
+    if cpu:
+        data["compute"]["peak_tflops"] = {p: round(v * peak_scale / 1e12, 6) for p, v in hw.peak_flops_per_s.items()}
+        data["compute"]["num_compute_units"] = threads
+        data["memory"]["hbm_bandwidth_gb_per_s"] = round(hw.hbm_bandwidth_bytes_per_s * peak_scale / 1e9, 3)
+    bw = data["memory"]["hbm_bandwidth_gb_per_s"] * 1e9
+    eff = data["efficiency"]
+    eff["gemm_bf16"] = {"value": round(min(1.0, k["gemm_bf16_flops"] / peak_bf16), 4),
+                        "source": src(f"best bf16 matmul {k['gemm_bf16_flops'] / 1e9:,.1f} GFLOP/s")}
+    eff["attention_fwd"] = {"value": round(min(1.0, k["attention_fwd_flops"] / peak_bf16), 4),
+                            "source": src(f"SDPA causal forward {k['attention_fwd_flops'] / 1e9:,.1f} GFLOP/s")}
+    eff["attention_bwd"] = {"value": round(min(1.0, k["attention_bwd_flops"] / peak_bf16), 4),
+                            "source": src(f"SDPA causal backward {k['attention_bwd_flops'] / 1e9:,.1f} GFLOP/s (2.5x fwd FLOPs)")}
+    eff["hbm"] = {"value": round(min(1.0, k["copy_bytes_per_s"] / bw), 4),
+                  "source": src(f"copy {k['copy_bytes_per_s'] / 1e9:,.1f} GB/s read+write")}
+    for key in ("kernel_launch_s", "host_op_s"):
+        if key in eff or key == "kernel_launch_s":
+            eff[key] = {"value": float(f"{k['tiny_op_s']:.3g}"), "source": src("median eager 8-element add_")}
+    links = None
+    if world > 1:
+        links = measure_links(world, threads=max(1, threads), cuda=not cpu)
+        net = data["network"]
+        net["gpus_per_node"] = world
+        net["scale_up"] = {**net.get("scale_up", {}), "domain_size": world,
+                           "bandwidth_gb_per_s": round(links["bandwidth_bytes_per_s"] / 1e9, 4),
+                           "latency_us": round(links["latency_s"] * 1e6, 2)}
+        eff["scale_up_bus"] = {"value": 1.0, "source": src(f"{world} processes over "
+                                                           f"{'gloo' if cpu else 'nccl'}: the fitted link bandwidth is "
+                                                           f"already the achieved one")}
+    data.setdefault("sources", {})["calibration"] = f"raytune-primus hardware calibrate (base profile {base}) on {where}"
+    return data, {"kernels": k, "links": links, "threads": threads, "device": device_name(dev)}
+
+
+def _profile_path(name: str) -> Path:
+    from oracle.hardware import PROFILE_DIR
+    p = Path(name)
+    return p if p.suffix in (".yaml", ".yml") and p.exists() else Path(PROFILE_DIR) / f"{name}.yaml"

@@ -1,0 +1,123 @@
+"""``raytune-primus e2e-cpu``: benchmark-mode projections from a 1-process benchmark vs real multi-process runs.
+
+1. calibrate a profile of this machine with one core per "device" (``hardware calibrate``: kernels, and
+   the gloo link between two processes) - or take one given with --profile;
+2. benchmark every layer type once in ONE process with one thread (oracle.benchmark);
+3. for each configuration, run the real trainer (raytune_primus.e2e.trainer: DDP, pipelining 1F1B, EP
+   all-to-all over gloo) and project it from the single-process measurements (benchmark) and from the
+   kernel model alone (simulate);
+4. report measured vs projected tokens/s, the error, and whether the projections rank the runs as measured.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from raytune_primus.e2e.trainer import TrainJob
+
+SEQ_LEN = 256
+BASE = {"seq_len": SEQ_LEN, "mbs": 1, "tp": 1, "use_distributed_optimizer": False, "recompute": "none",
+        "pp_schedule": "1f1b", "pipeline_split": "even"}
+
+
+def jobs(profile: str, *, iterations: int = 8, stat: str = "min") -> list[TrainJob]:
+    """The end-to-end configurations: 1 process, DP=2 (DDP), PP=2 (1F1B), and the MoE card with EP=2."""
+    def cfg(model: str, gpus: int, **tr: Any) -> dict[str, Any]:
+        return {"model": model, "cluster": {"hardware": profile, "num_gpus": gpus}, "training": {**BASE, **tr}}
+    return [
+        TrainJob(name="dense 1 proc", config=cfg("tiny-dense", 1, gbs=4), iterations=iterations, stat=stat),
+        TrainJob(name="dense DP=2", config=cfg("tiny-dense", 2, gbs=8, overlap_grad_reduce=True), iterations=iterations, stat=stat),
+        TrainJob(name="dense PP=2 1F1B", config=cfg("tiny-dense", 2, gbs=8, pp=2), iterations=iterations, stat=stat),
+        TrainJob(name="moe EP=2", config=cfg("tiny-moe", 2, gbs=8, ep=2, overlap_grad_reduce=False),
+                 iterations=iterations, stat=stat),
+    ]
+
+
+def _short(config: dict[str, Any]) -> str:
+    t = config["training"]
+    keys = ("tp", "pp", "ep", "gbs", "mbs", "seq_len")
+    return f"{config['model']} x{config['cluster']['num_gpus']} " + " ".join(f"{k}={t.get(k, 1)}" for k in keys)
+
+
+def _rank(xs: list[float]) -> list[int]:
+    order = sorted(range(len(xs)), key=lambda i: -xs[i])
+    r = [0] * len(xs)
+    for pos, i in enumerate(order):
+        r[i] = pos
+    return r
+
+
+def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cache: bool = True,
+            repeats: int = 9, iterations: int = 8, stat: str = "min", log=print) -> dict[str, Any]:
+    import torch
+
+    from oracle.benchmark.source import BenchmarkSource
+    from oracle.config import RunConfig
+    from oracle.projector import project
+    from raytune_primus.e2e.trainer import run_job
+
+    t_all = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="e2e_cpu_"))
+    if profile is None:
+        import yaml
+
+        from oracle.benchmark.calibrate import calibrate
+        log("calibrating a 1-core-per-device profile of this machine (kernels, gloo link between 2 processes) ...")
+        data, raw = calibrate(base="cpu-host", name="cpu-core", world=2, threads=1)
+        path = work / "cpu-core.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        profile = str(path)
+        log(f"  link: {raw['links']['latency_s'] * 1e6:,.0f} us, {raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; "
+            f"bf16 GEMM {raw['kernels']['gemm_bf16_flops'] / 1e9:,.0f} GFLOP/s")
+    todo = jobs(profile, iterations=iterations, stat=stat)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one device = one core, as each trainer process
+    try:
+        src = BenchmarkSource(benchmark_gpus=1, bencher_options={"cache_dir": cache_dir, "use_cache": use_cache,
+                                                                  "repeats": repeats, "warmup": 3,
+                                                                  "stat": stat})
+        log("benchmarking the layer types in this one process (1 thread) ...")
+        for job in todo:
+            run = RunConfig.from_dict(job.config)
+            for spec in src.specs(run).values():
+                src.get(spec)
+    finally:
+        torch.set_num_threads(threads)
+    rows = []
+    for job in todo:
+        run = RunConfig.from_dict(job.config)
+        log(f"running {job.name} ({job.world} process{'es' if job.world > 1 else ''}) ...")
+        measured = run_job(job)
+        bench = src.project(run)
+        sim = project(run, mode="simulate")
+        n = run.cluster.num_gpus
+        rows.append({"name": job.name, "config": _short(job.config), "processes": job.world,
+                     "measured_tokens_per_s": measured["tokens_per_s"],
+                     "benchmark_projected": bench.tokens_per_s_per_gpu * n,
+                     "simulate_projected": sim.tokens_per_s_per_gpu * n,
+                     "measured_iteration_times_s": measured["iteration_times_s"],
+                     "benchmark_iteration_s": bench.iteration_time_s, "simulate_iteration_s": sim.iteration_time_s})
+    for r in rows:
+        r["benchmark_error"] = r["benchmark_projected"] / r["measured_tokens_per_s"] - 1
+        r["simulate_error"] = r["simulate_projected"] / r["measured_tokens_per_s"] - 1
+    meas = [r["measured_tokens_per_s"] for r in rows]
+    out = {"runs": rows, "profile": profile,
+           "benchmark_same_ranking": _rank(meas) == _rank([r["benchmark_projected"] for r in rows]),
+           "simulate_same_ranking": _rank(meas) == _rank([r["simulate_projected"] for r in rows]),
+           "benchmark_max_abs_error": max(abs(r["benchmark_error"]) for r in rows),
+           "seconds": time.perf_counter() - t_all}
+    return out
+
+
+def e2e_text(res: dict[str, Any]) -> str:
+    lines = [f"{'run':<18} {'config':<44} {'measured tok/s':>14} {'benchmark':>10} {'err':>7} {'simulate':>10} {'err':>7}"]
+    for r in res["runs"]:
+        lines.append(f"{r['name']:<18} {r['config']:<44} {r['measured_tokens_per_s']:>14,.0f} "
+                     f"{r['benchmark_projected']:>10,.0f} {100 * r['benchmark_error']:>+6.1f}% "
+                     f"{r['simulate_projected']:>10,.0f} {100 * r['simulate_error']:>+6.1f}%")
+    lines.append(f"benchmark: max |error| {100 * res['benchmark_max_abs_error']:.1f}%, same ranking as measured: "
+                 f"{'yes' if res['benchmark_same_ranking'] else 'NO'}; simulate same ranking: "
+                 f"{'yes' if res['simulate_same_ranking'] else 'NO'}  ({res['seconds']:.0f} s)")
+    return "\n".join(lines)

@@ -1,0 +1,272 @@
+"""A small real trainer on CPU processes with torch.distributed over gloo: the reference that benchmark-mode
+projections are checked against (not part of the oracle).
+
+Each process is one "device" (``threads`` cores). The model is built from the same layer specs and torch
+modules benchmark mode times (oracle.benchmark.torch_layers), in bf16 with fp32 master weights and Adam:
+
+* data parallel: DistributedDataParallel (bucketed gradient all-reduce overlapped with backward) and
+  gradient accumulation over micro-batches (no_sync until the last);
+* pipeline parallel: torch.distributed.pipelining stages and a real schedule (1F1B by default);
+* expert parallel: MoE layers whose balanced dispatch sends each rank's token copies to the experts' owner
+  ranks with all-to-all (autograd through the exchange), experts split across ranks; the dense parameters'
+  gradients are all-reduced across the ranks after backward.
+
+Measures tokens/s (global batch x sequence / median iteration time after warm-up).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from oracle.benchmark import torch_layers as tl
+from oracle.benchmark.spec import LayerSpec, layer_spec
+from oracle.config import RunConfig
+from oracle.scaling import downscale
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainJob:
+    """One trainer run: a config dict (RunConfig form), processes, cores per process, iterations."""
+
+    name: str
+    config: dict[str, Any]
+    threads: int = 1
+    warmup: int = 2
+    iterations: int = 6
+    stat: str = "min"
+    """Iteration-time statistic: 'min' (robust to other jobs on a shared machine) or 'median'."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world(self) -> int:
+        return int(self.config["cluster"]["num_gpus"])
+
+
+# ------------------------------------------------------------------------------------ model pieces
+class _AllToAll(torch.autograd.Function):
+    """Equal-split all-to-all along dim 0 whose backward is the reverse exchange."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x.contiguous())
+        return out
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(g)
+        dist.all_to_all_single(out, g.contiguous())
+        return out
+
+
+class EPMoE(nn.Module):
+    """MoE with experts split over ``ep`` ranks: balanced dispatch (pair p -> global expert p % E), all-to-all
+    to the owners, the owner's grouped GEMMs, all-to-all back, score-weighted combine."""
+
+    def __init__(self, spec: LayerSpec, ep: int) -> None:
+        super().__init__()
+        s = spec
+        E_l, E = s.experts, s.experts * ep
+        pairs = s.tokens * s.topk
+        if pairs % E:
+            raise ValueError(f"tokens x topk = {pairs} must divide evenly over {E} experts for the EP trainer")
+        self.router = tl.Router(s.hidden, s.router_experts, s.topk, s.router_bias)
+        up = (2 if s.gated else 1) * s.expert_ffn
+        self.experts_up = tl.GroupedLinear(E_l, s.hidden, up)
+        self.experts_act = tl.Act(s.activation)
+        self.experts_down = tl.GroupedLinear(E_l, s.expert_ffn, s.hidden)
+        self.shared_mlp = tl.MLP(s.hidden, s.shared_ffn, s.activation, s.linear_bias) if s.shared_ffn else None
+        order = sorted(range(pairs), key=lambda p: ((p % E) // E_l, (p % E) % E_l, p))
+        self.register_buffer("pair_index", torch.tensor(order), persistent=False)
+        self.register_buffer("token_index", torch.tensor(order) // s.topk, persistent=False)
+        self.ep, self.E_l, self.m = ep, E_l, pairs // E
+        self.tokens = s.tokens
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        H = flat.shape[-1]
+        scores = self.router(flat)
+        send = flat.index_select(0, self.token_index)                    # [ep * E_l * m, H], by owner rank
+        recv = _AllToAll.apply(send).view(self.ep, self.E_l, self.m, H)  # from each source rank
+        local = recv.transpose(0, 1).reshape(self.E_l, self.ep * self.m, H)
+        y = self.experts_down(self.experts_act(self.experts_up(local)))
+        back = y.view(self.E_l, self.ep, self.m, H).transpose(0, 1).reshape(-1, H)
+        rows = _AllToAll.apply(back)
+        w = scores.reshape(-1).index_select(0, self.pair_index).to(rows.dtype)
+        out = torch.zeros(self.tokens, H, dtype=rows.dtype, device=rows.device)
+        out = out.index_add(0, self.token_index, rows * w[:, None]).view(shape)
+        if self.shared_mlp is not None:
+            out = out + self.shared_mlp(x)
+        return out
+
+
+class Head(nn.Module):
+    """Final norm + logits (the pipeline's last stage output; the loss is the schedule's loss_fn)."""
+
+    def __init__(self, out: tl.OutputLoss) -> None:
+        super().__init__()
+        self.final_norm, self.logits = out.final_norm, out.logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.final_norm(x))
+
+
+class Stage(nn.Module):
+    """Embedding (first stage), decoder layers, head (last stage)."""
+
+    def __init__(self, emb: nn.Module | None, layers: list[nn.Module], head: nn.Module | None) -> None:
+        super().__init__()
+        self.emb, self.layers, self.head = emb, nn.ModuleList(layers), head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.emb is not None:
+            x = self.emb(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x) if self.head is not None else x
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def build_stage(run: RunConfig, stage: int, dtype: torch.dtype) -> Stage:
+    """The modules of pipeline stage ``stage`` of ``run`` (even layer split), EP-aware MoE layers."""
+    m, t = run.model, run.training
+    plan = downscale(run, run.cluster.num_gpus)  # the target layout itself: each rank's own share
+    per = m.num_layers // t.pp
+    idx = range(stage * per, (stage + 1) * per)
+    layers = []
+    for i in idx:
+        window = m.sliding_window if m.uses_window(i) else None
+        spec = layer_spec(m, run, plan, m.layer_kinds[i], window, dtype="bf16")
+        layer = tl.DecoderLayer(spec)
+        if spec.kind == "moe" and t.ep > 1:
+            layer.moe = EPMoE(spec, t.ep)
+        layers.append(layer)
+    emb = tl.Embedding(layer_spec(m, run, plan, "embedding")) if stage == 0 else None
+    head = Head(tl.OutputLoss(layer_spec(m, run, plan, "output"))) if stage == t.pp - 1 else None
+    return Stage(emb, layers, head).to(dtype=dtype)
+
+
+class MasterAdam:
+    """Adam on fp32 master copies of bf16 parameters, written back after each step (as benchmark mode times)."""
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        self.params = params
+        self.master = [p.detach().float().clone().requires_grad_(True) for p in params]
+        self.opt = torch.optim.Adam(self.master, lr=1e-4, foreach=True)
+
+    def step(self) -> None:
+        for p, mp_ in zip(self.params, self.master):
+            mp_.grad = p.grad.float() if p.grad is not None else torch.zeros_like(mp_)
+        self.opt.step()
+        with torch.no_grad():
+            torch._foreach_copy_([p.data for p in self.params], self.master)
+        for p in self.params:
+            p.grad = None
+
+
+# ------------------------------------------------------------------------------------ the worker
+def _batches(run: RunConfig, n_micro: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    t, v = run.training, run.model.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, v, (n_micro * t.mbs, t.seq_len), generator=g)
+    return ids, torch.roll(ids, -1, dims=1)
+
+
+def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
+    job = json.loads(job_json)
+    torch.set_num_threads(int(job["threads"]))
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    world = int(job["config"]["cluster"]["num_gpus"])
+    run = RunConfig.from_dict(job["config"])
+    t = run.training
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1234 + rank)
+    dp = world // (t.pp * t.tp * t.cp)
+    n_micro = t.gbs // (t.mbs * dp)
+    stage_idx = rank if t.pp > 1 else 0
+    model = build_stage(run, stage_idx, torch.bfloat16)
+    params = [p for p in model.parameters()]
+    ddp = None
+    if t.pp == 1 and t.ep == 1 and dp > 1:
+        ddp = nn.parallel.DistributedDataParallel(model)
+    opt = MasterAdam(params)
+    schedule = None
+    if t.pp > 1:
+        from torch.distributed import pipelining as pl
+        stage = pl.PipelineStage(model, stage_idx, t.pp, torch.device("cpu"))
+        cls = {"1f1b": pl.Schedule1F1B, "gpipe": pl.ScheduleGPipe}.get(t.schedule, pl.Schedule1F1B)
+        schedule = cls(stage, n_micro, loss_fn=loss_fn)
+    dense = [p for n, p in model.named_parameters() if "experts_" not in n]
+
+    def step(it: int) -> None:
+        ids, labels = _batches(run, n_micro, seed=it * 97 + (rank if t.pp == 1 else 0))
+        if schedule is not None:
+            if stage_idx == 0:
+                schedule.step(ids)
+            elif stage_idx == t.pp - 1:
+                schedule.step(target=labels)
+            else:
+                schedule.step()
+        else:
+            for mb in range(n_micro):
+                sl = slice(mb * t.mbs, (mb + 1) * t.mbs)
+                last = mb == n_micro - 1
+                if ddp is not None and not last:
+                    with ddp.no_sync():
+                        (loss_fn(ddp(ids[sl]), labels[sl]) / n_micro).backward()
+                else:
+                    (loss_fn((ddp or model)(ids[sl]), labels[sl]) / n_micro).backward()
+            if t.ep > 1 and dp > 1:  # dense gradients across the data-parallel ranks (experts are sharded)
+                for p in dense:
+                    if p.grad is not None:
+                        dist.all_reduce(p.grad)
+        opt.step()
+
+    times = []
+    for it in range(int(job["warmup"]) + int(job["iterations"])):
+        if world > 1:
+            dist.barrier()
+        t0 = time.perf_counter()
+        step(it)
+        if world > 1:
+            dist.barrier()
+        if it >= int(job["warmup"]):
+            times.append(time.perf_counter() - t0)
+    if rank == 0:
+        it_s = min(times) if job.get("stat") == "min" else statistics.median(times)
+        with open(out_path, "w") as fh:
+            json.dump({"iteration_s": it_s, "iteration_times_s": times,
+                       "tokens_per_s": t.gbs * t.seq_len / it_s, "world": world, "microbatches": n_micro}, fh)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def run_job(job: TrainJob) -> dict[str, Any]:
+    """Run ``job`` in ``world`` fresh processes; returns rank 0's measurement."""
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    payload = json.dumps({"config": job.config, "threads": job.threads, "warmup": job.warmup,
+                          "iterations": job.iterations, "stat": job.stat})
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "result.json")
+        mp.spawn(worker, args=(payload, port, out), nprocs=job.world, join=True)
+        with open(out) as fh:
+            return json.load(fh)
