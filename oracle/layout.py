@@ -13,9 +13,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
-from oracle.config import V_SCHEDULES, RunConfig
+from oracle.pipeline.schedules import get_schedule
 from oracle.pipeline_layout import PipelineAssignment, StageWeights, VirtualStage, assign, card_weights
+
+if TYPE_CHECKING:  # annotations only: oracle.config checks legality through this module
+    from oracle.config import RunConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +165,7 @@ class Layout:
 
     @property
     def v_shape(self) -> bool:
-        return self.t.schedule in V_SCHEDULES
+        return get_schedule(self.t.schedule).layout == "v"
 
     def virtual_stage(self, rank: int, chunk: int) -> int:
         pp = self.t.pp

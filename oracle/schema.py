@@ -1,7 +1,8 @@
 """Strict dict -> frozen dataclass conversion shared by every config type.
 
 Unknown keys are the commonest user error, so they are rejected by name with a close match;
-types are checked against the field annotations (int, float, bool, str, Literal[...], X | None).
+types are checked against the field annotations (int, float, bool, str, Literal[...], X | None, and
+``Annotated[str, OneOf(...)]`` for a choice read from a registry when checked).
 """
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import dataclasses
 import difflib
 import types
 import typing
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from oracle.errors import InvalidConfigError, clip
 
@@ -27,9 +30,28 @@ def unknown_key_problems(data: dict[str, Any], valid: list[str], where: str) -> 
             for k in data if k not in valid]
 
 
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """``Annotated[str, OneOf(choices)]``: the value must be one of ``choices()``, read at check time
+    (a registry that grows by adding a module, e.g. the pipeline schedules)."""
+
+    choices: Callable[[], Iterable[str]]
+
+
 def coerce(value: Any, annotation: Any, name: str) -> Any:
     """Check/coerce ``value`` against ``annotation``; raise ValueError with a readable reason."""
     origin = get_origin(annotation)
+    if origin is Annotated:
+        base, *meta = get_args(annotation)
+        out = coerce(value, base, name)
+        for m in meta:
+            if isinstance(m, OneOf):
+                choices = tuple(m.choices())
+                if out not in choices and isinstance(out, str) and out.lower() in choices:
+                    out = out.lower()
+                if out not in choices:
+                    raise ValueError(f"{name}={value!r} is not one of {' | '.join(choices)}")
+        return out
     if origin in (typing.Union, types.UnionType):
         args = get_args(annotation)
         if value is None and type(None) in args:
@@ -108,7 +130,7 @@ def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] 
     if not isinstance(data, dict):
         raise InvalidConfigError(f"{where} must be a mapping of keys to values, got a "
                                  f"{type(data).__name__}: {data!r}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     fields = [f for f in dataclasses.fields(cls) if f.init]
     names = [f.name for f in fields]
     problems = list(extra_problems or [])

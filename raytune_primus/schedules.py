@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from oracle.config import SCHEDULES, V_SCHEDULES, VPP1_SCHEDULES, RunConfig
+from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError, PrimusError
+from oracle.pipeline.schedules import SCHEDULES
 from oracle.projector import pipeline_result, project
 from raytune_primus.report import table
 
@@ -15,14 +16,8 @@ VPP_OPTIONS = (2, 3, 4, 5, 6, 8)
 def schedule_variants(run: RunConfig) -> list[RunConfig]:
     """Legal (schedule, vpp) variants of ``run``: 1f1b first, then the rest in registry order."""
     out = []
-    for name in SCHEDULES:
-        if name in VPP1_SCHEDULES:
-            vpps = (1,)
-        elif name in V_SCHEDULES:
-            vpps = (2,)
-        else:
-            vpps = VPP_OPTIONS
-        for vpp in vpps:
+    for name, spec in SCHEDULES.items():
+        for vpp in spec.vpp_choices((1, 2, *VPP_OPTIONS)):
             try:
                 cand = RunConfig.from_dict({**run.to_dict(), "training": {
                     **run.to_dict()["training"], "pp_schedule": name, "vpp": vpp,

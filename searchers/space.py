@@ -182,7 +182,7 @@ class SearchSpace:
             "cp": [c for c in (1, 2, 4, 8) if n % c == 0],
             "pp": _divisors(n, m.num_layers),
             "vpp": [1, 2, 3, 4],
-            "pp_schedule": list(PAPER_SCHEDULES),
+            "pp_schedule": [n for n, s in SCHEDULES.items() if s.searched_by_default],
             "mbs": [1, 2, 4, 8],
             "recompute": ["none", "selective", "full"],
             "precision": ["bf16", "fp8"] if hw.supports("fp8") else ["bf16"],

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from oracle.config import RunConfig
+from oracle.pipeline.schedules import get_schedule
 
 GIB = 2**30
 
@@ -43,10 +44,20 @@ class SyntheticProjection:
         return self.memory.fits
 
 
-_INFLIGHT = {"1f1b": 1.0, "interleaved": 1.15, "zero_bubble": 1.0, "ilp": 1.05, "zbv": 1.1,
-             "zbv_greedy": 1.1, "v_half": 0.6, "v_min": 0.4}
-_BUBBLE = {"1f1b": 1.0, "interleaved": 1.0, "zero_bubble": 0.35, "ilp": 0.3, "zbv": 0.2,
-           "zbv_greedy": 0.25, "v_half": 0.5, "v_min": 0.7}
+def _in_flight(t, micro: int) -> float:
+    """Peak in-flight micro-batches: the registered schedule's own formula (rank 0)."""
+    return get_schedule(t.schedule).in_flight_microbatches(t.pp, t.vpp, micro, 0)
+
+
+def _bubble_factor(t, micro: int) -> float:
+    """Bubble relative to 1F1B's (pp-1)/(vpp*m), read off the schedule spec: a B/W split fills
+    two thirds of it (ZB-H1's (pp-1)/3m, Qi et al. 2023); holding fewer micro-batches in flight than
+    1F1B gives some of that back."""
+    spec = get_schedule(t.schedule)
+    if not spec.splits_bw:
+        return 1.0
+    one_f_one_b = min(t.pp, micro)
+    return min(1.0, (1 / 3) * max(1.0, one_f_one_b / max(_in_flight(t, micro), 1e-9)) ** 2)
 
 
 class SyntheticEvaluator:
@@ -80,7 +91,7 @@ class SyntheticEvaluator:
         rec = {"none": 1.0, "selective": 0.55, "full": 0.12}[t.recompute]
         act_bytes = 1 if t.fp8_activations else 2
         act = (t.seq_len / t.cp) * t.mbs * h * 18 * act_bytes * (layers / t.pp) / t.tp * rec
-        inflight = min(t.pp, max(1, t.gbs // (t.mbs * dp))) * _INFLIGHT.get(t.schedule, 1.0)
+        inflight = _in_flight(t, max(1, t.gbs // (t.mbs * dp)))
         if m.is_moe:
             act *= 1 + 0.5 * m.moe_topk
         peak = weights + optimizer + act * inflight + 1.5 * GIB
@@ -103,7 +114,7 @@ class SyntheticEvaluator:
         f = tokens / (tokens + 3000.0)                                   # GEMM size efficiency
         f *= 1.0 - 0.07 * math.log2(t.tp) - (0.25 if t.tp > per_node else 0.0)
         f *= 1.0 - 0.05 * math.log2(t.cp)
-        bubble = (t.pp - 1) / (micro * t.vpp) * _BUBBLE.get(t.schedule, 1.0)
+        bubble = (t.pp - 1) / (micro * t.vpp) * _bubble_factor(t, micro)
         f /= 1.0 + bubble + 0.01 * (t.vpp - 1) * t.pp
         f *= {"none": 1.0, "selective": 0.93, "full": 0.74}[t.recompute]
         f *= 1.35 if t.precision == "fp8" else 1.0

@@ -196,7 +196,8 @@ def test_vpp_rules_and_unknown_names():
 
 def test_registry_rejects_duplicate_names():
     with pytest.raises(ValueError, match="already registered"):
-        register("1f1b", layout="interleaved", splits_bw=False, vpp_rule="one")(lambda pp, vpp, m: [])
+        register("1f1b", layout="interleaved", splits_bw=False, vpp_rule="one",
+                 in_flight=lambda pp, vpp, m, r: 1.0)(lambda pp, vpp, m: [])
 
 
 def test_costs_shape_must_match():

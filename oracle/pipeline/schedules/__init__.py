@@ -2,12 +2,16 @@
 
 A builder is ``build(pp, vpp, num_microbatches) -> list[list[Op]]`` (cost-aware builders also take
 ``costs=``) registered with :func:`register`, which records its layout, whether it splits the
-backward into B and W, the chunk counts it accepts and whether it is an approximation. Adding a
-schedule = adding a module here and importing it at the bottom of this file.
+backward into B and W, the chunk counts it accepts (VPP rule, least micro-batches), its in-flight
+micro-batch formula (the memory model's) and whether it is an approximation. Everything else (the
+config's valid names, legality, memory, the search space, the CLI) reads these specs, so adding a
+schedule = adding one module to this package: every public module here is imported on load.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +20,9 @@ from oracle.pipeline.types import Layout, Op, StageCosts
 
 VppRule = Literal["one", "two", "at_least_two"]
 Order = list[list[Op]]
+InFlight = Callable[[int, int, int, int], float]
+"""``in_flight(pp, vpp, num_microbatches, rank)``: micro-batches whose activations are alive on ``rank``
+at its peak, in units of the rank's full per-micro-batch activation (all its chunks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +42,8 @@ class ScheduleSpec:
     """Registry key (the ``pp_schedule`` value of a TrainingConfig)."""
     build: Callable[..., Order]
     """``build(pp, vpp, num_microbatches[, costs=...]) -> list[list[Op]]``."""
+    in_flight: InFlight
+    """Closed-form in-flight micro-batches per rank (see :data:`InFlight`); the memory model's input."""
     layout: Layout
     """Virtual-stage mapping the op lists assume."""
     splits_bw: bool
@@ -54,19 +63,49 @@ class ScheduleSpec:
     blocking_p2p: bool = False
     """The runtime waits on each send/recv before its next op, so a transfer holds the rank
     (StageCosts.p2p_blocking); False: sends overlap compute and only delay the consumer."""
+    searched_by_default: bool = False
+    """In a search space's default schedule list (the paper's Sec. 2 set); others only when restricted in."""
+    position: int = 100
+    """Listing order (1f1b first: comparisons use it as the baseline); ties by name."""
+
+    def accepts_vpp(self, vpp: int) -> bool:
+        """The VPP rule: ``one`` -> vpp == 1, ``two`` -> vpp == 2, ``at_least_two`` -> vpp >= 2."""
+        return {"one": vpp == 1, "two": vpp == 2, "at_least_two": vpp >= 2}[self.vpp_rule]
+
+    def vpp_choices(self, candidates: Iterable[int]) -> list[int]:
+        """The values of ``candidates`` this schedule accepts, sorted."""
+        return sorted({v for v in candidates if self.accepts_vpp(v)})
+
+    def in_flight_microbatches(self, pp: int, vpp: int, num_microbatches: int, rank: int) -> float:
+        """See :data:`InFlight`."""
+        return float(self.in_flight(pp, vpp, num_microbatches, rank))
+
+    def embedding_in_flight(self, pp: int, vpp: int, num_microbatches: int) -> float:
+        """Micro-batches of the first virtual stage (embedding) alive on rank 0 at its peak."""
+        m = num_microbatches
+        f0 = self.in_flight_microbatches(pp, vpp, m, 0)
+        if self.layout == "v":
+            return float(max(1.0, min(2 * f0 - 1, m)))  # all in-flight chunks but the last stage's one
+        if vpp > 1:
+            n = round(f0 * vpp)  # chunks in flight; Megatron runs chunk 0 for pp micro-batches, then chunk 1, ...
+            return float(min(n // (pp * vpp) * pp + min(n % (pp * vpp), pp), m))
+        return f0
 
     def problems(self, pp: int, vpp: int, num_microbatches: int | None = None) -> list[str]:
         """Why (pp, vpp, num_microbatches) cannot run this schedule; empty when it can."""
         out = []
         if pp < 1:
             out.append(f"pp={pp} must be >= 1")
+        others = ", ".join(n for n, s in SCHEDULES.items() if s.accepts_vpp(vpp)) or "none"
         if self.vpp_rule == "one" and vpp != 1:
-            out.append(f"schedule {self.name} runs one chunk per rank and needs vpp=1, got vpp={vpp}")
+            out.append(f"schedule {self.name} runs one chunk per rank and needs vpp=1, got vpp={vpp}; "
+                       f"schedules for vpp={vpp}: {others}")
         elif self.vpp_rule == "two" and vpp != 2:
             out.append(f"schedule {self.name} is a V-shape schedule and needs vpp=2 (two chunks per rank), "
-                       f"got vpp={vpp}")
+                       f"got vpp={vpp}; schedules for vpp={vpp}: {others}")
         elif self.vpp_rule == "at_least_two" and vpp < 2:
-            out.append(f"schedule {self.name} needs vpp >= 2 chunks per rank, got vpp={vpp}; use 1f1b for vpp=1")
+            out.append(f"schedule {self.name} needs vpp >= 2 chunks per rank, got vpp={vpp}; "
+                       f"schedules for vpp={vpp}: {others}")
         if num_microbatches is not None:
             least = self.min_microbatches(pp, vpp) if self.min_microbatches else 1
             if num_microbatches < least:
@@ -94,20 +133,33 @@ class ScheduleSpec:
 SCHEDULES: dict[str, ScheduleSpec] = {}
 
 
-def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, cost_aware: bool = False,
-             approximate: bool = False, summary: str = "", build_detailed: Callable[..., Built] | None = None,
-             min_microbatches: Callable[[int, int], int] | None = None, blocking_p2p: bool = False
+def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, in_flight: InFlight,
+             cost_aware: bool = False, approximate: bool = False, summary: str = "",
+             build_detailed: Callable[..., Built] | None = None,
+             min_microbatches: Callable[[int, int], int] | None = None, blocking_p2p: bool = False,
+             searched_by_default: bool = False, position: int = 100
              ) -> Callable[[Callable[..., Order]], Callable[..., Order]]:
-    """Decorator registering a builder under ``name``; a duplicate name raises ValueError."""
+    """Decorator registering a builder under ``name``; a duplicate name (or 'auto') raises ValueError."""
     def deco(fn: Callable[..., Order]) -> Callable[..., Order]:
-        if name in SCHEDULES:
+        if name in SCHEDULES or name == "auto":
             raise ValueError(f"pipeline schedule {name!r} is already registered")
         SCHEDULES[name] = ScheduleSpec(name=name, build=fn, layout=layout, splits_bw=splits_bw, vpp_rule=vpp_rule,
-                                       cost_aware=cost_aware, approximate=approximate, summary=summary,
-                                       build_detailed=build_detailed, min_microbatches=min_microbatches,
-                                       blocking_p2p=blocking_p2p)
+                                       in_flight=in_flight, cost_aware=cost_aware, approximate=approximate,
+                                       summary=summary, build_detailed=build_detailed,
+                                       min_microbatches=min_microbatches, blocking_p2p=blocking_p2p,
+                                       searched_by_default=searched_by_default, position=position)
         return fn
     return deco
+
+
+def unregister(name: str) -> None:
+    """Remove a registered schedule (tests that register a toy one)."""
+    SCHEDULES.pop(name, None)
+
+
+def schedule_names() -> tuple[str, ...]:
+    """Registered schedule names in listing order (not 'auto')."""
+    return tuple(SCHEDULES)
 
 
 def get_schedule(name: str) -> ScheduleSpec:
@@ -118,6 +170,15 @@ def get_schedule(name: str) -> ScheduleSpec:
         raise UnknownComponentError("pipeline schedule", name, SCHEDULES) from None
 
 
-# Registration happens on import; keep this list explicit (STYLE.md: registries are explicit).
-from oracle.pipeline.schedules import one_f_one_b, interleaved, zero_bubble, ilp  # noqa: E402,F401,I001
-from oracle.pipeline.schedules import zbv, zbv_greedy, v_half, v_min  # noqa: E402,F401
+def _load_bundled_schedules() -> None:
+    """Import every public module of this package (each registers its schedule), then list them by
+    ``position``. The deliberate lazy registry load of tests/test_import_graph.py."""
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    ordered = sorted(SCHEDULES.values(), key=lambda s: (s.position, s.name))
+    SCHEDULES.clear()
+    SCHEDULES.update((s.name, s) for s in ordered)
+
+
+_load_bundled_schedules()

@@ -218,7 +218,8 @@ def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: StageCosts |
     return Built([list(ops) for ops in sol.order], not sol.optimal, sol.note)
 
 
-@register("ilp", layout="interleaved", splits_bw=True, vpp_rule="one", cost_aware=True,
+@register("ilp", layout="interleaved", splits_bw=True, vpp_rule="one", cost_aware=True, position=30,
+          in_flight=lambda pp, vpp, m, r: min(pp - r, m), searched_by_default=True,  # capped at ZB-H1's peak
           build_detailed=build_detailed, summary="ZB-H1 F/B order, W placement solved exactly by MILP")
 def build(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Order:
     return build_detailed(pp, vpp, num_microbatches, costs).order

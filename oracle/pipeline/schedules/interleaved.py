@@ -70,7 +70,10 @@ def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: object = Non
     return Built(order, False, note)
 
 
-@register("interleaved", layout="interleaved", splits_bw=False, vpp_rule="at_least_two",
+@register("interleaved", layout="interleaved", splits_bw=False, vpp_rule="at_least_two", position=10,
+          # Megatron interleaved warm-up: (pp-r-1)*2 + (vpp-1)*pp forwards + 1 chunks, each 1/vpp stage
+          in_flight=lambda pp, vpp, m, r: min((pp - r - 1) * 2 + (vpp - 1) * pp + 1, m * vpp) / vpp,
+          searched_by_default=True,
           min_microbatches=lambda pp, vpp: pp, build_detailed=build_detailed,
           summary="Megatron interleaved 1F1B (schedule table, warm-up 2(pp-r-1)+(vpp-1)N, N = pp)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:

@@ -25,7 +25,9 @@ def fb_sequence(pp: int, rank: int, num_microbatches: int, backward: str = "BW")
 
 # Megatron's non-interleaved schedule calls send_forward_recv_backward & co., which wait on their
 # requests before the next op (only the interleaved schedule has overlap_p2p_comm): blocking sends.
-@register("1f1b", layout="interleaved", splits_bw=False, vpp_rule="one", blocking_p2p=True,
+@register("1f1b", layout="interleaved", splits_bw=False, vpp_rule="one", blocking_p2p=True, position=0,
+          in_flight=lambda pp, vpp, m, r: min(pp - r, m),  # 1F1B warm-up (Narayanan et al. 2021)
+          searched_by_default=True,
           summary="warm-up pp-r-1 forwards, steady 1F1B, cool-down (fused backward; blocking sends)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return [fb_sequence(pp, r, num_microbatches) for r in range(pp)]

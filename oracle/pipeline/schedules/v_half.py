@@ -20,7 +20,8 @@ MEM_FRACTION = 0.5
 """Activation-memory cap as a fraction of 1F1B's peak (pp micro-batches of a full stage)."""
 
 
-@register("v_half", layout="v", splits_bw=True, vpp_rule="two", cost_aware=True, approximate=True,
+@register("v_half", layout="v", splits_bw=True, vpp_rule="two", cost_aware=True, approximate=True, position=60,
+          in_flight=lambda pp, vpp, m, r: min(pp / 2 + 1, m),  # ~1/2 of 1F1B (Qi et al. 2024)
           summary="best memory-capped V schedule (greedy or building block), cap = 1/2 of 1F1B memory")
 def build(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Order:
     return best_v_order(pp, num_microbatches, costs, MEM_FRACTION, extra=[block_order(pp, num_microbatches)])

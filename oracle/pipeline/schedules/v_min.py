@@ -13,7 +13,8 @@ from oracle.pipeline.schedules import Order, register
 from oracle.pipeline.schedules._vshape import block_order
 
 
-@register("v_min", layout="v", splits_bw=True, vpp_rule="two", approximate=True,
+@register("v_min", layout="v", splits_bw=True, vpp_rule="two", approximate=True, position=70,
+          in_flight=lambda pp, vpp, m, r: min(pp / 3 + 1, m),  # ~1/3 of 1F1B (Qi et al. 2024)
           summary="minimal-lifespan V building block repeated every 6 slots (~1/3 of 1F1B memory + const)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return block_order(pp, num_microbatches)

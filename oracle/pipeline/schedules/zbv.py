@@ -50,7 +50,9 @@ def rank_order(pp: int, rank: int, num_microbatches: int) -> list[Op]:
     return [op for op in ops if op.mb < num_microbatches]
 
 
-@register("zbv", layout="v", splits_bw=True, vpp_rule="two",
+@register("zbv", layout="v", splits_bw=True, vpp_rule="two", position=40, searched_by_default=True,
+          # 2pp chunks of 1/2 stage = 1F1B's peak, on every rank (Qi et al. 2023)
+          in_flight=lambda pp, vpp, m, r: min(pp, m),
           summary="ZB-V formatted: V layout, fixed warm-up / steady (F B W)x2 / cool-down")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return [rank_order(pp, r, num_microbatches) for r in range(pp)]

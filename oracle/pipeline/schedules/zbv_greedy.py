@@ -17,6 +17,7 @@ MEM_FRACTION = 1.0
 
 
 @register("zbv_greedy", layout="v", splits_bw=True, vpp_rule="two", cost_aware=True, approximate=True,
+          position=50, in_flight=lambda pp, vpp, m, r: min(pp, m),  # capped at 1F1B memory, as ZB-V
           summary="best of memory-capped greedy V list schedules and formatted ZB-V, cap = 1F1B memory")
 def build(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Order:
     return best_v_order(pp, num_microbatches, costs, MEM_FRACTION, extra=[zbv.build(pp, 2, num_microbatches)])

@@ -38,7 +38,9 @@ def zb_h1_rank(pp: int, rank: int, num_microbatches: int) -> list[Op]:
     return insert_w(fb_sequence(pp, rank, num_microbatches, backward="B"), lag=rank)
 
 
-@register("zero_bubble", layout="interleaved", splits_bw=True, vpp_rule="one",
+@register("zero_bubble", layout="interleaved", splits_bw=True, vpp_rule="one", position=20,
+          in_flight=lambda pp, vpp, m, r: min(pp - r, m),  # ZB-H1 keeps 1F1B's peak (Qi et al. 2023)
+          searched_by_default=True,
           summary="ZB-H1: 1F1B skeleton with B/W split, W(j) after B(j + rank)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return [zb_h1_rank(pp, r, num_microbatches) for r in range(pp)]
