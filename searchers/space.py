@@ -86,7 +86,6 @@ ORDINAL_AXES = frozenset({"tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "gbs", "s
 """Numeric axes whose neighbours are the adjacent values (others are categorical)."""
 _LAYOUT_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainingConfig)
                                     if f.name in LAYOUT_KEYS}
-PAPER_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble", "zbv", "ilp")
 PARALLEL_AXES: tuple[str, ...] = ("tp", "cp", "pp", "vpp", "ep", "etp")
 
 
