@@ -134,7 +134,8 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
             "proposer": r.proposer, "budget": r.budget, "oracle_mode": r.oracle_mode,
             "trials_run": r.trials, "resumed": r.resumed, "rejected": r.prefilter_rejections,
             "illegal": r.illegal, "failed": r.failed, "errored": 0, "retries": 0,
-            "best_so_far": r.best_so_far,
+            "proposer_trials": r.proposer_trials, "budget_spent": r.budget_spent,
+            "proposer_stats": r.proposer_stats, "best_so_far": r.best_so_far,
             "winner": None if r.best_training is None else {
                 "tokens_per_s_per_gpu": r.best_tokens_per_s_per_gpu, "key": r.best_key,
                 "memory_gib": r.best_memory_gib, "config": r.best_training}}
@@ -169,6 +170,9 @@ def format_tune_summary(s: dict[str, Any]) -> str:
              f"trials {s['trials_run']} (rejected by the pre-filter {s['rejected']}, failed {s['failed']}), "
              f"illegal proposals {s['illegal']}, Tune errors {s.get('errored', 0)}, retries {s.get('retries', 0)}"
              + (f", resumed {s['resumed']}" if s.get("resumed") else "")]
+    if s.get("proposer_trials"):
+        lines.append("trials by proposer: " + ", ".join(f"{k} {v}" for k, v in s["proposer_trials"].items())
+                     + ("; budget spent" if s.get("budget_spent") else "; budget NOT spent (nothing left to propose)"))
     w = s.get("winner")
     if not w:
         lines.append("no candidate fits in memory: no winner")

@@ -291,6 +291,10 @@ class TuneOutcome:
     timing_cache: dict[str, Any] | None = None
     progress: list[str] = field(default_factory=list)
     tune_wall_s: float = 0.0
+    proposer_trials: dict[str, int] = field(default_factory=dict)
+    """Counted trials per proposer (the ledger's ``proposer`` column)."""
+    budget_spent: bool = False
+    """Whether the whole budget was used."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -429,7 +433,8 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
         tune_trials=len(grid), errored=errored, retries=len(primus.retries), winner=winner,
         best_so_far=book.best_so_far(), experiment_path=str(exp_path), restored=restored,
         max_concurrent=max_concurrent, scorers=svc_stats, timing_cache=cache_stats,
-        progress=list(prog.lines) if prog else [], tune_wall_s=wall)
+        progress=list(prog.lines) if prog else [], tune_wall_s=wall,
+        proposer_trials=book.proposer_trials(), budget_spent=book.budget_spent)
 
 
 # ---------------------------------------------------------------------------------- compare on Ray

@@ -31,6 +31,8 @@ class Trial:
     """Trial index (0-based, budget order); -1 for free rows (illegal, events)."""
     candidate: Candidate | None
     result: TrialResult
+    proposer: str = ""
+    """Who proposed it (the ledger's ``proposer`` column; kept for resumed rows too)."""
 
 
 def result_from_row(row: Mapping[str, Any]) -> TrialResult:
@@ -88,7 +90,7 @@ class TrialBook:
             if r["status"] in COUNTED:
                 if res.key and res.key not in self.known:
                     self.known[res.key] = res
-                self.trials.append(Trial(r["trial_index"], None, res))
+                self.trials.append(Trial(r["trial_index"], None, res, r.get("proposer") or ""))
                 self.used = max(self.used, int(r["trial_index"]) + 1)
             elif r["status"] == "illegal":
                 self._illegal_seen.add(r.get("config") or r.get("reason") or "")
@@ -119,7 +121,7 @@ class TrialBook:
             self.used += 1
             if result.key:
                 self.known.setdefault(result.key, result)
-        self.trials.append(Trial(index, candidate, result))
+        self.trials.append(Trial(index, candidate, result, candidate.proposer if candidate else ""))
         self._write(candidate, result, index, started_at)
         return index
 
@@ -184,6 +186,19 @@ class TrialBook:
                 cur = v
             out.append(cur)
         return out
+
+    def proposer_trials(self) -> dict[str, int]:
+        """Counted trials per proposer (e.g. seed-planner 12, llm:openai/x 3, cross-axis (offline) 15)."""
+        out: dict[str, int] = {}
+        for t in self.counted():
+            name = t.proposer or "(unknown)"
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether every trial of the budget was used (a search may stop early when nothing is left)."""
+        return self.used >= self.budget
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t.result.status == status)

@@ -63,6 +63,11 @@ class SearchResult:
     ledger_path: str | None
     wall_s: float
     proposer_stats: dict[str, Any] = field(default_factory=dict)
+    proposer_trials: dict[str, int] = field(default_factory=dict)
+    """Counted trials per proposer (the ledger's ``proposer`` column), e.g. {'seed-planner': 12,
+    'llm:openai/x': 3, 'cross-axis (offline)': 15}."""
+    budget_spent: bool = False
+    """Whether the whole budget was used (False: the searcher or the space ran out first)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +132,8 @@ def run_search(experiment: Experiment | str | Path, searcher_name: str | None = 
         best_so_far=book.best_so_far(), prefilter_rejections=book.count("rejected"),
         illegal=book.count("illegal"), failed=book.count("failed"), repeats=gate.repeats,
         oracle_mode=evaluator.mode, ledger_path=str(ledger_path) if ledger_path is not None else None,
-        wall_s=time.perf_counter() - t0, proposer_stats=dict(stats_fn()) if callable(stats_fn) else {})
+        wall_s=time.perf_counter() - t0, proposer_stats=dict(stats_fn()) if callable(stats_fn) else {},
+        proposer_trials=book.proposer_trials(), budget_spent=book.budget_spent)
 
 
 # ---------------------------------------------------------------------------------------------- optimum
@@ -279,6 +285,7 @@ def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | 
             "prefilter_rejections": statistics.median([r.prefilter_rejections for r in runs]),
             "prefilter_rejections_total": sum(r.prefilter_rejections for r in runs),
             "median_trials": statistics.median([r.trials for r in runs]),
+            "budget_spent_runs": sum(r.budget_spent for r in runs),
             "proposer": runs[0].proposer if len({r.proposer for r in runs}) == 1
             else sorted({r.proposer for r in runs}),
             "wall_s": sum(r.wall_s for r in runs),

@@ -83,4 +83,5 @@ class SeedThenPropose(Searcher):
             self._proposer.close()
 
     def stats(self) -> Mapping[str, Any]:
-        return getattr(self._proposer, "counts", {}) if self._proposer is not None else {}
+        fn = getattr(self._proposer, "stats", None)
+        return fn() if callable(fn) else getattr(self._proposer, "counts", {})

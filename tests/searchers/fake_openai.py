@@ -29,6 +29,23 @@ def kind_of(body: dict[str, Any]) -> str:
     return "other"
 
 
+def replay(answers: list[dict[str, Any]]) -> Callable[[str, dict], str]:
+    """A script answering each request kind with the next recorded answer of that kind (cycling).
+
+    ``answers``: ``[{"kind": "plan" | "step" | "extract", "content": "..."}]`` in recorded order."""
+    by_kind: dict[str, list[str]] = {}
+    for a in answers:
+        by_kind.setdefault(a["kind"], []).append(a["content"])
+    served: dict[str, int] = {}
+
+    def script(kind: str, body: dict) -> str:
+        pool = by_kind.get(kind) or by_kind.get("step") or [chat_reply()]
+        i = served.get(kind, 0)
+        served[kind] = i + 1
+        return pool[i % len(pool)]
+    return script
+
+
 class FakeOpenAI:
     """``with FakeOpenAI(script) as srv:`` -> ``srv.url``; ``script(kind, body) -> reply text``.
 
