@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
@@ -21,15 +21,12 @@ from oracle.errors import InvalidConfigError, PrimusError
 from oracle.hardware import (DEFAULT_MEMORY_MARGIN, HardwareProfile, bundled_hardware, load_hardware, profile_from_dict,
                              profile_to_dict)
 from oracle.model_card import ModelCard, bundled_models, load_model
-from oracle.schema import from_dict, to_dict, unknown_key_problems
+from oracle.pipeline.schedules import schedule_names
+from oracle.schema import OneOf, from_dict, to_dict, unknown_key_problems
 from oracle.yamlio import load_mapping
 
-Schedule = Literal["auto", "1f1b", "interleaved", "zero_bubble", "zbv", "zbv_greedy", "v_half", "v_min", "ilp"]
-SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble", "zbv", "zbv_greedy", "v_half", "v_min", "ilp")
-VPP1_SCHEDULES = ("1f1b", "zero_bubble", "ilp")
-"""Schedules with one model chunk per rank."""
-V_SCHEDULES = ("zbv", "zbv_greedy", "v_half", "v_min")
-"""V-shape schedules: exactly two chunks per rank."""
+Schedule = Annotated[str, OneOf(lambda: ("auto", *schedule_names()))]
+"""A registered pipeline schedule (oracle.pipeline.schedules) or 'auto'."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

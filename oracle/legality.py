@@ -1,9 +1,14 @@
 """Legality checks of a RunConfig: every problem found, one line each, naming the values."""
 from __future__ import annotations
 
-from oracle.config import SCHEDULES, V_SCHEDULES, VPP1_SCHEDULES, RunConfig
+from typing import TYPE_CHECKING
+
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout
+from oracle.pipeline.schedules import SCHEDULES, get_schedule
+
+if TYPE_CHECKING:  # annotations only: oracle.config calls check() (no import cycle)
+    from oracle.config import RunConfig
 
 
 def _divides(a: int, b: int) -> bool:
@@ -56,18 +61,16 @@ def check(run: RunConfig) -> list[str]:
         lay = None
     # schedule: the registered spec's own rules (VPP rule, least micro-batches), as the projector applies them
     sched = t.schedule
-    if t.vpp > 1 and t.pp == 1:
-        p.append(f"vpp={t.vpp} needs pp > 1")
-    if sched in VPP1_SCHEDULES and t.vpp != 1:
-        p.append(f"pp_schedule={sched} runs one chunk per rank and needs vpp=1, got vpp={t.vpp}; "
-                 f"use interleaved or a V schedule ({', '.join(V_SCHEDULES)}) for vpp>1")
-    if sched in V_SCHEDULES and t.vpp != 2:
-        p.append(f"pp_schedule={sched} is a V-shape schedule and needs vpp=2, got vpp={t.vpp}")
-    if sched == "interleaved" and t.vpp < 2 and t.pp > 1:
-        p.append(f"pp_schedule=interleaved needs vpp >= 2, got vpp={t.vpp}")
-    if sched != "1f1b" and t.pp == 1 and t.pp_schedule != "auto":
-        p.append(f"pp_schedule={sched} needs pp > 1 (pp=1 has no pipeline); use auto or 1f1b")
-    assert sched in SCHEDULES
+    if sched not in SCHEDULES:
+        p.append(f"training.pp_schedule={sched!r} is not one of auto | {' | '.join(SCHEDULES)}")
+    elif t.pp == 1:
+        if t.vpp > 1:
+            p.append(f"vpp={t.vpp} needs pp > 1")
+        if sched != "1f1b" and t.pp_schedule != "auto":
+            p.append(f"pp_schedule={sched} needs pp > 1 (pp=1 has no pipeline); use auto or 1f1b")
+    else:
+        num_mb = t.gbs // (t.mbs * dp) if dp and t.gbs % (t.mbs * dp) == 0 else None
+        p += get_schedule(sched).problems(t.pp, t.vpp, num_mb)
     # MoE
     if m.is_moe:
         if m.num_experts % t.ep:

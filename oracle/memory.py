@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from oracle.activations import (BF16, DEFAULT, FP32, Block, Blocks, MemoryAssumptions, Shape, blocks,
                                 layer_activation_bytes, shape_of)
-from oracle.config import V_SCHEDULES, VPP1_SCHEDULES, RunConfig
+from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout
+from oracle.pipeline.schedules import get_schedule
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
 
 __all__ = ["project_memory", "module_tree", "layer_activation_bytes", "in_flight_microbatches", "rank_param_counts",
@@ -36,30 +37,14 @@ BYTES_OPTIMIZER = 12
 # ---------------------------------------------------------------------------------- schedules
 def in_flight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -> float:
     """Micro-batches whose activations are alive on ``rank`` at its peak, in units of the rank's
-    full per-micro-batch activation (all its chunks), capped by the m micro-batches of a step."""
-    if schedule in VPP1_SCHEDULES:
-        return float(min(pp - rank, m))  # 1F1B warm-up (Narayanan 2021); ZB-H1 keeps it (Qi 2023)
-    if schedule == "interleaved":
-        # Megatron interleaved warm-up: (pp-r-1)*2 + (vpp-1)*pp forwards + 1 chunks, each 1/vpp stage
-        return min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp) / vpp
-    if schedule in ("zbv", "zbv_greedy"):
-        return float(min(pp, m))  # ZB-V: 2pp chunks of 1/2 stage = 1F1B's peak, on every rank (Qi 2023)
-    if schedule == "v_half":
-        return min(pp / 2 + 1, m)  # V-Half: ~1/2 of 1F1B (Qi et al. 2024, controllable memory)
-    if schedule == "v_min":
-        return min(pp / 3 + 1, m)  # V-Min: ~1/3 of 1F1B (Qi et al. 2024)
-    raise InvalidConfigError(f"unknown pipeline schedule {schedule!r}")
+    full per-micro-batch activation (all its chunks), capped by the m micro-batches of a step: the
+    registered schedule's own formula (``ScheduleSpec.in_flight``)."""
+    return get_schedule(schedule).in_flight_microbatches(pp, vpp, m, rank)
 
 
 def _embedding_in_flight(schedule: str, pp: int, vpp: int, m: int) -> float:
     """Micro-batches of the first virtual stage (embedding) alive on rank 0 at its peak."""
-    f0 = in_flight_microbatches(schedule, pp, vpp, m, 0)
-    if schedule == "interleaved":
-        n = round(f0 * vpp)  # chunks in flight; Megatron runs chunk 0 for pp micro-batches, then chunk 1, ...
-        return float(min(n // (pp * vpp) * pp + min(n % (pp * vpp), pp), m))
-    if schedule in V_SCHEDULES:
-        return float(max(1.0, min(2 * f0 - 1, m)))  # all in-flight chunks but the last stage's one
-    return f0
+    return get_schedule(schedule).embedding_in_flight(pp, vpp, m)
 
 
 # ---------------------------------------------------------------------------------- rank plans
