@@ -309,12 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--card-name", help="import: name of the new card")
     mo.set_defaults(func=cmd_models)
 
-    try:
-        from raytune_primus.search_cli import add_search_commands
-    except ImportError:  # search commands not installed in this build
-        pass
-    else:
-        add_search_commands(sub)
+    from raytune_primus.search_cli import add_search_commands
+    add_search_commands(sub)
     from raytune_primus.report_cli import add_report_commands
     add_report_commands(sub)
     return p

@@ -95,18 +95,17 @@ def _projection_table(exp, summary: dict[str, Any]) -> str | None:
     w = summary.get("winner")
     if not w or exp.oracle_mode not in ("simulate", "benchmark", "both"):
         return None
-    try:
-        from oracle.projector import project
-    except ImportError:
-        return None
     import dataclasses
 
+    from oracle.errors import PrimusError
+    from oracle.projector import project
     from raytune_primus.report import projection_table
     run = dataclasses.replace(exp.space.baseline, training=exp.space.baseline.training.replace(**w["config"]))
     try:
         return projection_table(project(run, mode="simulate" if exp.oracle_mode != "benchmark" else "benchmark"))
-    except Exception:
-        return None
+    except PrimusError as exc:  # the search result stands; say why its table is missing
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"(no projection table for the winner: {type(exc).__name__}: {first})"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

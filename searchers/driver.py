@@ -162,11 +162,8 @@ def _score_chunk(args: tuple[SearchSpace, Evaluator, Sequence[tuple]]) -> tuple[
 
 
 def _costly_schedules() -> frozenset[str]:
-    try:
-        from oracle.pipeline import SCHEDULES, get_schedule
-        return frozenset(n for n in SCHEDULES if get_schedule(n).cost_aware)
-    except (ImportError, TypeError, AttributeError):
-        return frozenset()
+    from oracle.pipeline import SCHEDULES
+    return frozenset(n for n, spec in SCHEDULES.items() if spec.cost_aware)
 
 
 def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int = 1,

@@ -106,21 +106,15 @@ class OracleEvaluator:
 
     def score(self, run: RunConfig) -> ProjectionLike:
         from oracle.projector import project
-        try:
-            return project(run, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False)
-        except TypeError:  # an oracle without these keywords
-            return project(run, mode=self.mode)
+        return project(run, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False)
 
     def upper_bound(self, run: RunConfig) -> float | None:
         """A provable upper bound on tokens/s/GPU when ``run`` uses an expensive (cost-aware) pipeline
         schedule, else None: exhaustive sweeps skip such points when the bound cannot beat the best."""
         if run.training.pp == 1:
             return None
-        try:
-            from oracle.pipeline import get_schedule
-            from oracle.projector import tokens_per_s_per_gpu_upper_bound
-        except ImportError:
-            return None
+        from oracle.pipeline import get_schedule
+        from oracle.projector import tokens_per_s_per_gpu_upper_bound
         if not get_schedule(run.training.schedule).cost_aware:
             return None
         return float(tokens_per_s_per_gpu_upper_bound(run))

@@ -121,3 +121,28 @@ def test_tune_on_ray_through_the_cli(cluster, tmp_path, capsys):
     code, out, err = _cli(["tune", "tiny-moe-h100-8", "--budget", "5", "--results", str(tmp_path),
                            "--address", cluster.address], capsys)
     assert code == 2 and "budget=4" in err and "--fresh" in err
+
+
+def test_search_commands_are_not_dropped_when_their_module_fails_to_import(monkeypatch):
+    import sys
+
+    import pytest
+
+    from raytune_primus import cli
+    monkeypatch.setitem(sys.modules, "raytune_primus.search_cli", None)  # any import of it raises ImportError
+    with pytest.raises(ImportError):
+        cli.build_parser()
+
+
+def test_a_winner_projection_error_is_shown_not_dropped(monkeypatch):
+    import oracle.projector
+    from oracle.errors import InvalidConfigError
+    from raytune_primus.search_cli import _projection_table
+    from searchers.experiment import load_experiment
+
+    def refuse(run, mode="simulate", **kwargs):
+        raise InvalidConfigError("num_layers=4 is not divisible by pp=3")
+    monkeypatch.setattr(oracle.projector, "project", refuse)
+    exp = load_experiment("tiny-moe-h100-8")
+    text = _projection_table(exp, {"winner": {"config": {"tp": 1}}})
+    assert text is not None and "InvalidConfigError: num_layers=4 is not divisible by pp=3" in text
