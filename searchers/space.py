@@ -21,7 +21,8 @@ moe_a2a_backend       alltoall, deepep (MoE only)
 moe_sync_free         false, true (MoE only; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
 everything else       the baseline value (gbs, etp, recompute_num_layers, overlap flags, ...)
-pipeline layout keys  derived per (pp, vpp), not searched (LAYOUT_KEYS): uneven where layers do not divide
+pipeline layout keys  derived per (pp, vpp), not searched (LAYOUT_KEYS): uneven where pp does not divide
+                      the layers
 ====================  ==============================================================================
 
 The baseline's own values are always included. A user ``pin`` sets an axis to one value; a user
@@ -66,9 +67,10 @@ LAYOUT_KEYS: tuple[str, ...] = ("decoder_first_pipeline_num_layers", "decoder_la
                                 "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
                                 "account_for_loss_in_pipeline_split")
 """Megatron's pipeline layout keys (oracle.pipeline_layout). Unless pinned or restricted they are derived
-per (pp, vpp), not searched: the baseline's own keys at the baseline's (pp, vpp), the even split where
-the layers divide, else the best balanced uneven layout (``uneven_options``), so a pp*vpp that does not
-divide the layers (DeepSeek-V3's 61 at pp=16, Llama 3.1 405B's 126 at pp*vpp=128) stays reachable."""
+per (pp, vpp), not searched: the baseline's own keys at the baseline's (pp, vpp), the best balanced
+uneven layout (``uneven_options``) where the layers do not split evenly over the pp ranks, else none,
+so a pp that does not divide the layers (DeepSeek-V3's 61 at pp=16, Llama 3.1 405B's 126 at pp=16 with
+vpp=8) stays reachable."""
 _PREFERRED_ORDER: tuple[str, ...] = (
     "tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
     "recompute", "recompute_num_layers", "precision", "fp8_activations", "moe_a2a_backend", "moe_sync_free",
@@ -220,9 +222,11 @@ class SearchSpace:
                 m = self.baseline.model
                 hit = dict(_LAYOUT_DEFAULTS)
                 n_virtual = pp * vpp
-                # derived only while every virtual stage can hold a layer (embedding and loss counting
-                # as one each, Megatron's account_for_* convention); emptier stages are pure waste
-                if pp >= 1 and vpp >= 1 and m.num_layers % n_virtual and m.num_layers + 2 >= n_virtual:
+                # derived where the ranks cannot hold equal layer counts (num_layers % pp), while every
+                # virtual stage can hold a layer (embedding and loss counting one each, Megatron's
+                # account_for_* convention). A vpp that does not split an even per-rank count stays
+                # illegal, as Megatron checks it and the paper's seed order (App. C.1) skips it.
+                if pp >= 1 and vpp >= 1 and m.num_layers % pp and m.num_layers + 2 >= n_virtual:
                     opts = uneven_options(m.num_layers, pp, vpp, m.mtp_layers, card_weights(m))
                     if opts:
                         hit.update(opts[0])
