@@ -32,9 +32,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -228,8 +230,7 @@ def generation_of(profile: str) -> str:
     return next((g for g, members in GENERATIONS.items() if profile in members), profile)
 
 
-@dataclasses.dataclass
-class FitRow:
+class FitRow(NamedTuple):
     id: str
     model: str
     part: str
@@ -237,6 +238,25 @@ class FitRow:
     quantity: str
     measured: float
     source: str
+
+
+_JOINT_TAG = "fit: benchmarks/calibrate.py --joint"
+_PRIOR = re.compile(r"; prior ([0-9.eE+-]+) \((.*)\)$")
+
+
+def priors(hw) -> dict[str, tuple[float, str]]:
+    """Each efficiency field's sourced prior: the value and source in the YAML, or, for a field an earlier
+    ``--joint --write`` set, the prior it recorded (so rerunning the fit starts from the same priors)."""
+    out = {}
+    for f in dataclasses.fields(hw.efficiency):
+        v, src = getattr(hw.efficiency, f.name), hw.efficiency_sources.get(f.name, "")
+        m = _PRIOR.search(src) if src.startswith(_JOINT_TAG) else None
+        out[f.name] = (float(m.group(1)), m.group(2)) if m else (v, src)
+    return out
+
+
+def _at_priors(run):
+    return _with_eff(run, **{k: v for k, (v, _) in priors(run.cluster.hardware).items()})
 
 
 def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[FitRow]:
@@ -256,7 +276,8 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
                     print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
                 continue
             q, meas = _measured(row)
-            out.append(FitRow(row["id"], run.model.name, run.cluster.hardware.name, run, q, meas, Path(path).name))
+            out.append(FitRow(row["id"], run.model.name, run.cluster.hardware.name, _at_priors(run), q, meas,
+                              Path(path).name))
     return out
 
 
@@ -354,22 +375,28 @@ def _held_out(rows: list[FitRow], key) -> dict[str, list[float]]:
     return out
 
 
+def _at_priors_hw(hw):
+    return dataclasses.replace(hw, efficiency=dataclasses.replace(
+        hw.efficiency, **{k: v for k, (v, _) in priors(hw).items()}))
+
+
 def write_profiles(fits: dict[str, dict], rows: list[FitRow], paths: list[str]) -> None:
     """Put the fitted values into each member profile's YAML (value + a source naming the fit)."""
-    import re
     from hardware import PROFILE_DIR
     files = ", ".join(Path(p).name for p in paths)
     for gen, fit in fits.items():
         ids = [r.id for r in rows if generation_of(r.part) == gen]
         for part in GENERATIONS[gen]:
-            hw = load_hardware(part)
+            hw = _at_priors_hw(load_hardware(part))
+            prior = priors(load_hardware(part))
             eff = _gen_eff(hw, fit["names"], fit["x"])
             path = Path(PROFILE_DIR) / f"{part}.yaml"
             text = path.read_text()
             for field_name, value in eff.items():
-                src = (f"fit: benchmarks/calibrate.py --joint {files}, generation {gen} ({len(ids)} newest-release "
-                       f"A/B rows: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''}); prior "
-                       f"{getattr(hw.efficiency, field_name):.4g} x{value / max(getattr(hw.efficiency, field_name), 1e-30):.3f}")
+                p_val, p_src = prior[field_name]
+                src = (f"{_JOINT_TAG} {files}, generation {gen}, x{value / max(p_val, 1e-30):.3f} on the prior over "
+                       f"{len(ids)} newest-release A/B rows ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}; "
+                       f"docs/accuracy.md); prior {p_val:.4g} ({p_src.replace(chr(34), chr(39))})")
                 fmt = f"{value:.3e}" if field_name.endswith("_s") else f"{value:.3f}"
                 line = f'  {field_name}: {{value: {fmt}, source: "{src}"}}'
                 text, n = re.subn(rf"^  {field_name}: \{{value: [^,]+, source: .*$", line.replace("\\", "\\\\"), text,

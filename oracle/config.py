@@ -51,8 +51,11 @@ class TrainingConfig:
     """Expert parallel degree."""
     etp: int = 1
     """Expert tensor parallel degree."""
-    precision: Literal["bf16", "fp8"] = "bf16"
-    """GEMM precision (fp8 = FP8 GEMMs with BF16 weights and optimizer)."""
+    precision: Literal["bf16", "fp8", "nvfp4"] = "bf16"
+    """GEMM precision of the decoder layers' linear layers (fp8 = FP8 GEMMs with BF16 weights and
+    optimizer; nvfp4 = NVIDIA's NVFP4 recipe on Blackwell: block-scaled FP4 forward, dgrad and wgrad
+    GEMMs with random-Hadamard-transformed wgrad inputs, BF16 master weights; attention core and the
+    output layer stay BF16)."""
     fp8_activations: bool = False
     """Saved activations stored in FP8 (paper's B_act = 1)."""
     pp_schedule: Schedule = "auto"

@@ -65,6 +65,13 @@ class Efficiency:
     """Fixed per-kernel launch/synchronisation cost in seconds."""
     collective_launch_s: float
     """Fixed per-collective software overhead in seconds (NCCL/RCCL launch, proxy setup)."""
+    gemm_fp4: float = 0.0
+    """Same for NVFP4 GEMMs (block-scaled FP4, Blackwell), as a fraction of the FP4 peak; 0 where the
+    part has no FP4 tensor cores."""
+    host_op_s: float = 0.0
+    """Host (CPU) time to issue one framework-level operation of the training stack in eager mode
+    (Python + Megatron-Core/Transformer Engine dispatch + launch). A pass whose ops are small is
+    host-bound: the GPU idles until the host has issued them (oracle.opgraph counts the ops)."""
     moe_sync_stall_s: float
     """GPU idle time per forward pass of one MoE layer while the host catches up after the token
     dispatcher's device-to-host synchronisation (token counts for the all-to-all splits and the
@@ -158,7 +165,7 @@ _LINKS = {"scale_up": ["domain_size", "ranks_per_domain", "topology", "bandwidth
           "scale_out": ["bandwidth_gb_per_s", "latency_us"],
           "inter_pod": ["pod_size", "bandwidth_gb_per_s", "latency_us"]}
 _DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp6", "fp4", "int8")
-_FRACTIONS = ("gemm_bf16", "gemm_fp8", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus", "scale_out_bus")
+_FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus", "scale_out_bus")
 
 
 def _section(data: dict, key: str, where: str, problems: list[str], required: bool = True) -> dict:
@@ -268,6 +275,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         entry = eff.get(fname)
         if entry is None and fname == "gemm_fp8" and "fp8" not in peaks:
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp8 tensor cores"
+            continue
+        if entry is None and fname == "gemm_fp4" and "fp4" not in peaks:
+            eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp4 tensor cores"
             continue
         if not isinstance(entry, dict) or "value" not in entry:
             p.append(f"{where}.efficiency.{fname} must be {{value: X, source: '...'}}")

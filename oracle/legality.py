@@ -109,6 +109,9 @@ def check(run: RunConfig) -> list[str]:
     if t.precision == "fp8" and not hw.supports("fp8"):
         p.append(f"precision=fp8 needs FP8 support; hardware {hw.name!r} has "
                  f"{', '.join(sorted(hw.peak_flops_per_s))} only")
+    if t.precision == "nvfp4" and not (hw.supports("fp4") and hw.efficiency.gemm_fp4 > 0):
+        p.append(f"precision=nvfp4 needs FP4 tensor cores with a gemm_fp4 efficiency in the profile; hardware "
+                 f"{hw.name!r} has {', '.join(sorted(hw.peak_flops_per_s))} (use bf16 or fp8)")
     if t.fp8_activations and t.precision != "fp8":
         p.append("fp8_activations=true needs precision=fp8")
     if t.moe_a2a_backend == "deepep" and not m.is_moe:

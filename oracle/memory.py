@@ -246,6 +246,9 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
             other.append(("fsdp_unsharded_units", largest_unit * per))
         elif t.precision == "fp8" and assumptions.fp8_weight_cache:
             other.append(("fp8_weight_cache", 2 * gemm))  # row-wise + column-wise FP8 copies, 1 B each
+        elif t.precision == "nvfp4" and assumptions.fp8_weight_cache:
+            # row-wise + column-wise NVFP4 copies: 0.5 B per value + one fp8 scale per 16 values each
+            other.append(("fp4_weight_cache", 2 * gemm * (0.5 + 1 / 16)))
         if has_moe:
             other += other_common
         if t.fsdp:

@@ -71,7 +71,7 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
     for j, i in enumerate(layers):
         key = (m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None, j < n_rec)
         groups[key] = groups.get(key, 0) + 1
-    f = b = w = rec = comm_f = host_f = host_rec = 0.0
+    f = b = w = rec = comm_f = host_f = host_rec = host_b = 0.0
     exp: dict[str, float] = {}
     tot: dict[str, float] = {}
     for (kind, window, replayed), n in groups.items():
@@ -81,6 +81,7 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
         w += n * c.w_s
         comm_f += n * c.f_exposed_comm_s
         host_f += n * c.host_f_s
+        host_b += n * c.host_b_s
         for k, part in c.comm.items():
             _add(exp, k, n * (part.f_exposed_s + part.b_exposed_s))
             _add(tot, k, n * (part.f_total_s + part.b_total_s))
@@ -109,10 +110,11 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
         c = lm.layer(kind, None)
         f += n_mtp * (c.f_s + of)
         host_f += n_mtp * c.host_f_s
+        host_b += n_mtp * c.host_b_s
         b += n_mtp * (c.b_s + ob)
         w += n_mtp * (c.w_s + ow)
-    return _Chunk(f=f + comm_f + host_f, b=b + rec + comm_b + host_rec, w=w, f_compute=f, b_compute=b,
-                  w_compute=w, recompute=rec, host=host_f + host_rec, comm_exposed=exp, comm_total=tot)
+    return _Chunk(f=f + comm_f + host_f, b=b + rec + comm_b + host_rec + host_b, w=w, f_compute=f, b_compute=b,
+                  w_compute=w, recompute=rec, host=host_f + host_rec + host_b, comm_exposed=exp, comm_total=tot)
 
 
 def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float], str]:
@@ -354,7 +356,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     tps = tokens / iteration / n
     flops_tok = model_flops_per_token(m, t.seq_len)
     tflops = tps * flops_tok / 1e12
-    peak = hw.peak_flops("fp8" if t.precision == "fp8" else "bf16")
+    gemm_dtype = {"fp8": "fp8", "nvfp4": "fp4"}.get(t.precision, "bf16")
+    peak = hw.peak_flops(gemm_dtype)
     compute = mb * sum(c.f_compute + c.b_compute + c.w_compute for c in chunks[crit])
     recompute = mb * sum(c.recompute for c in chunks[crit])
     host_sync = mb * sum(c.host for c in chunks[crit])
@@ -367,7 +370,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     details: dict[str, Any] = {
         "schedule": t.schedule, "num_microbatches": mb, "dp": L.dp, "edp": L.edp,
         "critical_rank": crit, "flop_formula": FLOP_FORMULA, "model_flops_per_token": flops_tok,
-        "mfu_peak": f"{'fp8' if t.precision == 'fp8' else 'bf16'} dense peak of {hw.name}",
+        "mfu_peak": f"{gemm_dtype} dense peak of {hw.name}",
         "stage_times_s": [[{"f": c.f, "b": c.b, "w": c.w} for c in row] for row in chunks],
         "makespan_s": makespan,
         "schedule_approximate": bool(pp > 1 and res.approximate),

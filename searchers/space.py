@@ -16,7 +16,7 @@ pp_schedule           the registered schedules marked searched_by_default: 1f1b,
 ep                    divisors of the expert count up to the GPU count (MoE only)
 mbs                   1, 2, 4, 8
 recompute             none, selective, full
-precision             bf16, fp8 (fp8 only where the hardware has it)
+precision             bf16, fp8, nvfp4 (each only where the hardware has it)
 moe_a2a_backend       alltoall, deepep (MoE only)
 moe_sync_free         false, true (MoE only; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
@@ -186,7 +186,8 @@ class SearchSpace:
             "pp_schedule": [n for n, s in SCHEDULES.items() if s.searched_by_default],
             "mbs": [1, 2, 4, 8],
             "recompute": ["none", "selective", "full"],
-            "precision": ["bf16", "fp8"] if hw.supports("fp8") else ["bf16"],
+            "precision": (["bf16"] + (["fp8"] if hw.supports("fp8") else [])
+                          + (["nvfp4"] if hw.supports("fp4") and hw.efficiency.gemm_fp4 > 0 else [])),
             "use_distributed_optimizer": [False, True],
             "fsdp": [False, True],
         }
