@@ -8,7 +8,7 @@ flags into the per-virtual-stage assignment that legality, memory and the pipeli
   ``--decoder-first/last-pipeline-num-layers``): layers on the first / last pipeline *rank*; the
   rest split evenly over the other ranks; every rank's count splits evenly over its vpp chunks;
 - ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the
-  embedding (loss) counts as one layer, so ``num_layers + 1 (+ 1)`` must divide pp*vpp and the first
+  embedding (loss) counts as one layer, so pp*vpp must divide ``num_layers + 1 (+ 1)`` and the first
   (last) virtual stage holds one decoder layer fewer;
 - ``pipeline_model_parallel_layout``: Megatron-Core's ``PipelineParallelLayerLayout`` string, e.g.
   ``"Et*3|(tt|)*29,m|L"``: ``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L`` output layer
@@ -25,12 +25,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from oracle.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from oracle.model_card import ModelCard
 
 LAYER_TYPES = {"E": "embedding", "t": "decoder layer", "m": "MTP module", "L": "output layer + loss"}
 MAX_LAYOUT_ITEMS = 1_000_000
 """Longest expanded layout string accepted (a typo like t*99999999999 fails fast instead of filling memory)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VirtualStage:
     """One contiguous slice of the model in forward order."""
@@ -58,7 +64,7 @@ class PipelineAssignment:
     stages: tuple[VirtualStage, ...]
     method: str
     """How it was derived: even | first_last | account_for | layout."""
-    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _memo: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def by_rank(self, v_shape: bool = False) -> tuple[tuple[VirtualStage, ...], ...]:
         """``by_rank(v_shape)[rank][chunk]``: the stage that (rank, chunk) hosts. Megatron's interleaved
@@ -84,13 +90,9 @@ class PipelineAssignment:
         """Decoder layers per virtual stage, forward order."""
         return tuple(len(s.layers) for s in self.stages)
 
-    def rank_layer_counts(self) -> tuple[int, ...]:
-        """Decoder layers per pp rank under Megatron's interleaved map (stage = chunk*pp + rank)."""
-        return tuple(sum(len(self.stages[c * self.pp + r].layers) for c in range(self.vpp)) for r in range(self.pp))
-
-    @property
-    def is_even(self) -> bool:
-        return len(set(self.layer_counts)) == 1
+    def rank_layer_counts(self, v_shape: bool = False) -> tuple[int, ...]:
+        """Decoder layers per pp rank (all its chunks)."""
+        return tuple(sum(len(s.layers) for s in row) for row in self.by_rank(v_shape))
 
     def layout_string(self) -> str:
         """Megatron's string form of this assignment (compressed; :func:`parse_layout` reads it back)."""
@@ -367,11 +369,12 @@ class StageWeights:
                 + self.mtp * st.mtp)
 
 
-def card_weights(card) -> StageWeights:
+def card_weights(card: ModelCard) -> StageWeights:
     """Per-token GEMM work of each part of ``card`` (the weights a token multiplies through: 2 FLOPs per
-    weight, Kaplan et al. 2020's 6N rule per layer), relative to the mean decoder layer. The embedding
-    is a lookup (no GEMM) and weighs 0; the output layer weighs V*H; an MTP module its 2H*H projection,
-    one decoder layer of the model's last kind and an output layer."""
+    weight, Kaplan et al. 2020's 6N rule per layer; MoE layers count their top-k experts), relative to
+    the mean decoder layer. The embedding is a lookup (no GEMM) and weighs 0; the output layer weighs
+    V*H; an MTP module its 2H*H projection, one decoder layer (MoE for MoE models) and an output layer.
+    Attention's sequence-quadratic part is the same in every layer and left out."""
     def active(kind: str) -> float:
         return float(card.moe_layer_params(experts=card.moe_topk) if kind == "moe" else card.dense_layer_params())
     per_layer = [active(k) for k in card.layer_kinds]
@@ -383,7 +386,8 @@ def card_weights(card) -> StageWeights:
 
 
 def _load_key(a: PipelineAssignment, w: StageWeights) -> tuple[float, float, float]:
-    """Smaller is better balanced: (heaviest rank, heaviest virtual stage, spread of stage loads)."""
+    """Smaller is better balanced: (heaviest rank under the interleaved map, heaviest virtual stage,
+    spread of stage loads)."""
     stage_w = [round(w.stage_load(s), 9) for s in a.stages]
     rank_w = [round(sum(stage_w[c * a.pp + r] for c in range(a.vpp)), 9) for r in range(a.pp)]
     return max(rank_w), max(stage_w), sum(x * x for x in stage_w)
@@ -418,7 +422,9 @@ def _partition(w: StageWeights, n_virtual: int, mtp: int, cap: float, tail_cap: 
     i, n = 0, len(w.layers)
     for v in range(n_virtual):
         last = v == n_virtual - 1
-        room = (tail_cap if last else cap) - (w.embedding if v == 0 else 0.0) - ((w.loss + w.mtp * mtp) if last else 0.0)
+        room = (tail_cap if last else cap) - (w.embedding if v == 0 else 0.0)
+        if last:
+            room -= w.loss + w.mtp * mtp
         if room < -1e-9:
             return None
         while i < n and w.layers[i] <= room + 1e-9:
