@@ -88,6 +88,11 @@ def _evaluator_for(exp: Any, evaluator: Any = None) -> Any:
     return default_evaluator(exp.oracle_mode)
 
 
+def _connect(connect_timeout_s: float | None) -> dict[str, Any]:
+    """init_ray's bound on joining a cluster (its default when None)."""
+    return {} if connect_timeout_s is None else {"connect_timeout_s": float(connect_timeout_s)}
+
+
 def _ray_info(how: str) -> dict[str, Any]:
     import ray
 
@@ -102,7 +107,7 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
                     budget: int | None = None, seed: int | None = None, address: str | None = None,
                     max_concurrent: int | None = None, max_failures: int = 2, benchmark_gpus: int | None = None,
                     evaluator: Any = None, fresh: bool = False, progress: bool = True,
-                    timer: Any = None, hook: Any = None) -> dict[str, Any]:
+                    timer: Any = None, hook: Any = None, connect_timeout_s: float | None = None) -> dict[str, Any]:
     """Run one search and write ledger.parquet, summary.json and best_so_far.png; return the summary.
 
     ``driver='ray'`` runs it as Ray Tune trials (joining ``address``, see
@@ -143,7 +148,7 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
         from raytune_primus.runtime import init_ray
         from raytune_primus.tuner import run_tune
 
-        how = init_ray(address)
+        how = init_ray(address, **_connect(connect_timeout_s))
         out = run_tune(exp, results, searcher=searcher, budget=budget, seed=seed, evaluator=ev,
                        max_concurrent=max_concurrent, max_failures=max_failures, benchmark_gpus=benchmark_gpus,
                        timer=timer, progress=progress, hook=hook)
@@ -206,7 +211,8 @@ def format_tune_summary(s: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------- compare
 def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str = "inprocess", budget: int = 30,
                        seeds: int = 5, searchers: list[str] | None = None, plot: str | Path | None = None,
-                       address: str | None = None, evaluator: Any = None) -> dict[str, Any]:
+                       address: str | None = None, evaluator: Any = None,
+                       connect_timeout_s: float | None = None) -> dict[str, Any]:
     """Compare searchers (issue 4) in-process or spread over Ray; write ledger/summary/plot when asked."""
     results = Path(results_dir) if results_dir is not None else None
     ledger = None
@@ -221,7 +227,7 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
     elif driver == "ray":
         from raytune_primus.runtime import init_ray
         from raytune_primus.tuner import compare_on_ray
-        how = init_ray(address)
+        how = init_ray(address, **_connect(connect_timeout_s))
         summary = compare_on_ray(exp, budget, seeds, searchers, evaluator=ev, ledger_path=ledger)
         summary["driver"] = "ray"
         summary["ray"] = _ray_info(how)
@@ -247,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", metavar="DIR", help="results directory (default results/EXPERIMENT)")
     p.add_argument("--address", help="Ray cluster (default: RAY_ADDRESS, else the local cluster, else embedded; "
                                      "'local' = embedded)")
+    p.add_argument("--connect-timeout", type=float, metavar="S",
+                   help="give up joining the Ray cluster after S seconds (default 60)")
     p.add_argument("--budget", type=int, help="trials per search (default: the experiment's; compare: 30)")
     p.add_argument("--seed", type=int, help="tune: searcher seed")
     p.add_argument("--searcher", help="tune: searcher name")
@@ -276,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         address = args.address if args.address is not None else (os.environ.get("RAY_ADDRESS") or "auto")
         if args.compare:
             summary = compare_experiment(exp, results, driver="ray", budget=args.budget or 30, seeds=args.seeds,
-                                         searchers=args.searchers, address=address)
+                                         searchers=args.searchers, address=address,
+                                         connect_timeout_s=args.connect_timeout)
             from searchers.driver import format_table
             print(format_table(summary))
             print(f"ledger: {(results / 'ledger.parquet').resolve()}\nsummary: {(results / 'summary.json').resolve()}")
@@ -284,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = tune_experiment(exp, results, driver="ray", searcher=args.searcher, budget=args.budget,
                                   seed=args.seed, address=address, max_concurrent=args.max_concurrent,
                                   max_failures=args.max_failures, benchmark_gpus=args.benchmark_gpus,
-                                  fresh=args.fresh, progress=not args.quiet)
+                                  fresh=args.fresh, progress=not args.quiet,
+                                  connect_timeout_s=args.connect_timeout)
         print(format_tune_summary(summary))
         if not summary.get("ok", True):
             print(f"error: all {summary.get('tune_trials', 0)} Tune trials errored (see {results / 'tune'})",

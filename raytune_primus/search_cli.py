@@ -27,6 +27,18 @@ def _positive(name: str):
     return parse
 
 
+def _seconds(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not (v > 0 and v < float("inf")):
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number of seconds, got {text!r}")
+        return v
+    return parse
+
+
 def add_search_commands(sub: Any) -> None:
     """Add ``tune`` and ``compare`` to the ``raytune-primus`` sub-command parser."""
     tu = sub.add_parser("tune", help="run one searcher on an experiment and print the winner",
@@ -42,6 +54,8 @@ def add_search_commands(sub: Any) -> None:
     tu.add_argument("--format", default="table", choices=["table", "json"])
     tu.add_argument("--address", help="Ray cluster to join (default: an embedded local Ray; 'auto' = the "
                                       "cluster running on this machine)")
+    tu.add_argument("--connect-timeout", type=_seconds("--connect-timeout"), default=60.0, metavar="S",
+                    help="give up joining the cluster named by --address after S seconds (default 60)")
     tu.add_argument("--max-concurrent", type=_positive("--max-concurrent"),
                     help="concurrent trials (default: 1, so the sequence equals the in-process driver's)")
     tu.add_argument("--benchmark-gpus", type=_positive("--benchmark-gpus"),
@@ -61,6 +75,8 @@ def add_search_commands(sub: Any) -> None:
                     help="ray: searches and the exhaustive sweep spread over a Ray cluster")
     co.add_argument("--results", metavar="DIR", help="also write DIR/ledger.parquet and DIR/summary.json")
     co.add_argument("--address", help="Ray cluster to join with --driver ray (default: embedded)")
+    co.add_argument("--connect-timeout", type=_seconds("--connect-timeout"), default=60.0, metavar="S",
+                    help="give up joining the cluster named by --address after S seconds (default 60)")
     co.set_defaults(func=cmd_compare)
 
 
@@ -78,7 +94,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     summary = tune_experiment(exp, results, driver=args.driver, searcher=args.searcher, budget=args.budget,
                               seed=args.seed, address=args.address or "local", max_concurrent=args.max_concurrent,
                               benchmark_gpus=args.benchmark_gpus, fresh=args.fresh,
-                              progress=not args.quiet)
+                              progress=not args.quiet, connect_timeout_s=args.connect_timeout)
     if args.format == "json":
         print(json.dumps(summary, indent=2, default=str))
     else:
@@ -120,7 +136,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise InvalidConfigError([f"--searchers: unknown searcher {s!r}; valid: {', '.join(names)}" for s in bad])
     summary = compare_experiment(exp, Path(args.results) if args.results else None, driver=args.driver,
                                  budget=args.budget, seeds=args.seeds, searchers=args.searchers, plot=args.plot,
-                                 address=args.address or "local")
+                                 address=args.address or "local", connect_timeout_s=args.connect_timeout)
     if args.format == "json":
         json.dump(summary, sys.stdout, indent=2, default=str)
         print()

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from raytune_primus.runtime import RAY_ENV_DEFAULTS
+from raytune_primus.runtime import EMBEDDED_ENV_DEFAULTS
 
-for _k, _v in RAY_ENV_DEFAULTS.items():
+for _k, _v in EMBEDDED_ENV_DEFAULTS.items():
     os.environ.setdefault(_k, _v)
 GIB = 2**30
 
