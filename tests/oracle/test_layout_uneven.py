@@ -12,8 +12,8 @@ from oracle.errors import InvalidConfigError
 from oracle.layout import Layout
 from oracle.memory import project_memory, rank_param_counts
 from oracle.pipeline import StageCosts, run_schedule
-from oracle.pipeline_layout import (assign, balanced_layout, card_weights, format_layout, parse_layout, recipe_layout,
-                                    uneven_options)
+from oracle.pipeline_layout import (StageWeights, assign, balanced_layout, card_weights, format_layout, parse_layout,
+                                    recipe_layout, uneven_options)
 from oracle.projector import project
 from oracle.validate import row_to_run
 from tests.conftest import SHARED
@@ -154,19 +154,46 @@ def test_recipe_rules_reproduce_the_published_layouts():
     assert recipe_layout(80, 8, 2) is None
 
 
-def test_balanced_layout_weighs_the_stages_by_their_work():
+def _stage_loads(stages, w):
+    loads, start = [], 0
+    for s in stages:
+        n = s.count("t")
+        loads.append(sum(w.layers[start:start + n]) + w.embedding * ("E" in s) + w.loss * ("L" in s)
+                     + w.mtp * s.count("m"))
+        start += n
+    assert start == len(w.layers)
+    return loads
+
+
+@settings(max_examples=150, deadline=None)
+@given(layers=st.lists(st.floats(0.2, 3.0), min_size=1, max_size=10), n_virtual=st.integers(2, 5),
+       emb=st.floats(0, 2), loss=st.floats(0, 3), mtp=st.integers(0, 1))
+def test_balanced_layout_is_a_min_max_partition(layers, n_virtual, emb, loss, mtp):
+    """Its heaviest stage is as light as the best contiguous split found by brute force."""
+    import itertools
+    w = StageWeights(layers=tuple(layers), embedding=emb, loss=loss, mtp=2.5)
+    stages = parse_layout(balanced_layout(len(layers), n_virtual, 1, mtp, w))
+    got = max(_stage_loads(stages, w))
+    best = float("inf")
+    n = len(layers)
+    for cuts in itertools.combinations_with_replacement(range(n + 1), n_virtual - 1):
+        bounds = (0, *cuts, n)
+        counts = [bounds[i + 1] - bounds[i] for i in range(n_virtual)]
+        trial = ["E" * (v == 0) + "t" * c + ("m" * mtp + "L" if v == n_virtual - 1 else "")
+                 for v, c in enumerate(counts)]
+        best = min(best, max(_stage_loads(trial, w)))
+    assert got <= best + 1e-6
+
+
+def test_card_weights_price_the_parts_by_their_work():
     card = RunConfig.from_dict({"model": "deepseek-v3", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
                                 "training": {"seq_len": 4096, "gbs": 64, "pp": 1}}).model
     w = card_weights(card)
-    assert w.embedding == 0 and w.loss > 1 and w.mtp > 2  # output GEMM > a layer; MTP = a layer + a head
-    stages = parse_layout(balanced_layout(61, 16, 2, 1, w))
-    loads = [sum(w.layers[0:0]) for _ in stages]
-    start = 0
-    for v, s in enumerate(stages):
-        n = s.count("t")
-        loads[v] = sum(w.layers[start:start + n]) + w.loss * ("L" in s) + w.mtp * s.count("m")
-        start += n
-    assert start == 61 and max(loads) <= w.loss + w.mtp + max(w.layers) + 1e-9  # no stage over the tail + a layer
+    assert w.embedding == 0 and w.loss > 1 and w.mtp > 1 + w.loss  # output GEMM > a layer; MTP = a layer + a head
+    assert sum(w.layers) / len(w.layers) == pytest.approx(1.0)
+    # the balanced layout never puts more work on a stage than the MTP and loss stage needs, plus a layer
+    loads = _stage_loads(parse_layout(balanced_layout(61, 16, 2, 1, w)), w)
+    assert max(loads) <= w.loss + w.mtp + max(w.layers) + 1e-9
 
 
 # ------------------------------------------------------------------ config, legality, CLI
