@@ -254,8 +254,10 @@ def test_a_bigger_first_stage_costs_more_memory_and_time_on_that_rank():
 
 
 @pytest.mark.parametrize("schedule,vpp", [("1f1b", 1), ("interleaved", 2), ("zero_bubble", 1), ("zbv", 2),
-                                          ("v_half", 2)])
+                                          ("zbv_greedy", 2), ("v_half", 2), ("v_min", 2)])
 def test_simulator_follows_the_slowest_stage(schedule, vpp):
+    """Every schedule replays its order with per-(rank, chunk) costs (tests/oracle/test_pipeline_properties.py
+    checks random unequal costs against the critical-path bound); a slower stage slows the pipeline."""
     pp, m = 4, 8
     base = StageCosts.uniform(pp=pp, vpp=vpp, f_s=1.0, b_s=1.0, w_s=1.0)
     heavy = dataclasses.replace(base, f_s=tuple(tuple(2.0 if r == 1 else 1.0 for _ in range(vpp)) for r in range(pp)))
