@@ -102,7 +102,7 @@ class PrimusSearcher(Searcher):
     def _state(self) -> dict[str, Any]:
         if self._live is None:
             exp = self.experiment
-            ledger = Ledger(self.ledger_path)
+            ledger = Ledger(self.ledger_path, experiment=exp.name)
             book = TrialBook(budget=self.budget, run_id=self.run_id, searcher=self.searcher_name, seed=self.seed,
                              oracle_mode=self.evaluator.mode, experiment=exp.name, ledger=ledger,
                              oracle_version=evaluator_version(self.evaluator, exp.baseline))
@@ -466,7 +466,8 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
     names = list(searchers or driver.DEFAULT_SEARCHERS)
     with tempfile.TemporaryDirectory(prefix="primus-compare-") as tmp:
         final = Path(ledger_path) if ledger_path is not None else Path(tmp) / "ledger.parquet"
-        earlier = Ledger(final)  # runs already in the ledger are resumed, as the in-process compare does
+        # runs already in the ledger are resumed, as the in-process compare does
+        earlier = Ledger(final, experiment=exp.name)
         jobs, copied = [], []
         for n in names:
             for s in seed_list:

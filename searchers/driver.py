@@ -102,7 +102,7 @@ def run_search(experiment: Experiment | str | Path, searcher_name: str | None = 
     seed = exp.seed if seed is None else int(seed)
     evaluator = evaluator or default_evaluator(exp.oracle_mode)
     opts = exp.searcher_options(name) if options is None else dict(options)
-    ledger = Ledger(ledger_path) if ledger_path is not None else None
+    ledger = Ledger(ledger_path, experiment=exp.name) if ledger_path is not None else None
     run_id = run_id or f"{exp.name}/{name}/seed{seed}"
     book = TrialBook(budget=budget, run_id=run_id, searcher=name, seed=seed, oracle_mode=evaluator.mode,
                      experiment=exp.name, ledger=ledger,

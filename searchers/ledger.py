@@ -9,13 +9,25 @@ directory, fsync, ``os.replace``, fsync of the directory), so a reader or a cras
 previous or the new ledger, never half of one. Ledgers are small (one row per trial); a driver
 flushes after every trial by default.
 
+Never lost (issue 13): a file that is empty, truncated, not parquet, of another schema or of another
+experiment is refused with a :class:`LedgerError` naming it and is never written over; a flush that
+cannot be written (read-only folder, full disk) raises a LedgerError and leaves the last good
+ledger in place (a resumed run re-scores only the trials after it). One writer per ledger: a
+:class:`Ledger` holds an exclusive ``fcntl`` lock on ``ledger.parquet.lock`` (which records the
+holder's pid, host and command) from opening to :meth:`Ledger.close`; a second process is refused
+with a message naming the first. The kernel drops the lock when its holder dies, so a killed run
+never blocks its own resume.
+
 Secrets never reach the ledger or the logs: once registered (:func:`register_secret`), a secret is
 scrubbed out of every string column a row has, and out of every log record.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
@@ -122,32 +134,194 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All rows of a ledger file as dicts (empty list if the file does not exist)."""
+PARQUET_MAGIC = b"PAR1"
+"""First and last four bytes of every parquet file (a file cut short lacks the trailing one)."""
+
+
+_WHAT_TO_DO = "it is left as it is: move it aside to start a new ledger there, or use another --results folder"
+"""What a user does about a ledger that cannot be used (the same advice everywhere)."""
+
+
+def read_rows(path: str | os.PathLike, *, experiment: str | None = None) -> list[dict[str, Any]]:
+    """All rows of a ledger file as dicts (empty list if the file does not exist).
+
+    LedgerError (one line naming the file and what to do) when it exists but is empty, truncated,
+    not parquet, of another schema, or (``experiment`` given) holds rows of another experiment.
+    """
     p = Path(path)
-    if not p.exists():
-        return []
+    try:
+        if not p.exists():
+            return []
+        size_bytes = p.stat().st_size
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(max(0, size_bytes - 4))
+            tail = fh.read(4)
+    except OSError as exc:
+        raise LedgerError(f"ledger {p} cannot be read: {exc.strerror or exc}") from None
+    if size_bytes == 0:
+        raise LedgerError(f"ledger {p} is empty (0 bytes), not a ledger a completed write leaves; {_WHAT_TO_DO}")
+    if head != PARQUET_MAGIC:
+        raise LedgerError(f"ledger {p} is not a parquet file ({size_bytes:,} bytes starting {head!r}); "
+                          f"{_WHAT_TO_DO}")
+    if tail != PARQUET_MAGIC:
+        raise LedgerError(f"ledger {p} is truncated ({size_bytes:,} bytes, no parquet footer); {_WHAT_TO_DO}")
+    import pyarrow as pa
     import pyarrow.parquet as pq
     try:
         table = pq.read_table(p)
     except Exception as exc:
-        raise LedgerError(f"ledger {p} is not a readable parquet file: {exc}") from exc
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise LedgerError(f"ledger {p} is not a readable parquet file ({first}); {_WHAT_TO_DO}") from None
     missing = [c for c in COLUMN_NAMES if c not in table.column_names and c not in OPTIONAL_COLUMNS]
     if missing:
-        raise LedgerError(f"ledger {p} lacks columns {', '.join(missing)}; is it a search ledger?")
+        raise LedgerError(f"ledger {p} lacks columns {', '.join(missing)}: it is not a search ledger; "
+                          f"{_WHAT_TO_DO}")
     present = [c for c in COLUMN_NAMES if c in table.column_names]
-    return [{c: r.get(c) for c in COLUMN_NAMES} for r in table.select(present).to_pylist()]
+    schema = _schema()
+    table = table.select(present)
+    for name in present:
+        want = schema.field(name).type
+        if table.schema.field(name).type != want:
+            try:
+                table = table.set_column(present.index(name), name, table.column(name).cast(want))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise LedgerError(f"ledger {p}: column {name} holds {table.schema.field(name).type}, a search "
+                                  f"ledger's holds {want}; {_WHAT_TO_DO}") from None
+    rows = [{c: r.get(c) for c in COLUMN_NAMES} for r in table.to_pylist()]
+    if experiment is not None:
+        others = sorted({r["experiment"] for r in rows if r["experiment"] not in (None, experiment)})
+        if others:
+            n = sum(r["experiment"] in others for r in rows)
+            raise LedgerError(f"ledger {p} holds {n} rows of experiment {others[0]!r}"
+                              + (f" (and {len(others) - 1} more)" if len(others) > 1 else "")
+                              + f", not {experiment!r}: use another --results folder for {experiment!r} "
+                              f"(the ledger is left as it is)")
+    return rows
+
+
+# ---------------------------------------------------------------------------------- one writer per ledger
+class LedgerBusyError(LedgerError):
+    """Another process holds the ledger's lock."""
+
+
+_HELD: dict[str, tuple[Any, int]] = {}
+"""Locks this process holds: lock path -> (open file, number of Ledger objects sharing it)."""
+_HELD_LOCK = threading.Lock()
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    """The lock file of a ledger (next to it)."""
+    p = Path(path)
+    return p.with_name(p.name + ".lock")
+
+
+def _holder_text() -> str:
+    cmd = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:300]
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": cmd,
+                       "since": now_utc().isoformat(timespec="seconds")})
+
+
+def _holder_of(lp: Path) -> str:
+    try:
+        info = json.loads(lp.read_text() or "{}")
+        return (f"process {info['pid']} on {info.get('host', '?')} ({info.get('command', '?')}, "
+                f"since {info.get('since', '?')})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def acquire_lock(path: str | os.PathLike) -> str | None:
+    """Take (or share, within this process) the exclusive lock of the ledger at ``path``.
+
+    Returns the key to :func:`release_lock`, or None where no lock file can be created (a read-only
+    folder: nothing can be written there either, which the first flush reports). LedgerBusyError
+    names the holder when another process has it.
+    """
+    import fcntl
+
+    lp = lock_path(path)
+    key = str(lp.resolve())
+    with _HELD_LOCK:
+        if key in _HELD:
+            fh, n = _HELD[key]
+            _HELD[key] = (fh, n + 1)
+            return key
+        try:
+            lp.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(lp, "a+")
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT):
+                return None
+            raise LedgerError(f"cannot create the ledger lock {lp}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            fh.close()
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise LedgerBusyError(
+                    f"ledger {Path(path)} is in use by {_holder_of(lp)}: one run per results folder; wait for "
+                    f"it to finish (or stop it), or use another --results folder") from None
+            raise LedgerError(f"cannot lock the ledger {Path(path)}: {exc.strerror or exc}") from None
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(_holder_text())
+            fh.flush()
+        except OSError:  # the lock holds; only the holder's description is missing
+            pass
+        _HELD[key] = (fh, 1)
+        return key
+
+
+def release_lock(key: str | None) -> None:
+    """Give back one share of a lock taken with :func:`acquire_lock` (closed with the last one)."""
+    if key is None:
+        return
+    with _HELD_LOCK:
+        if key not in _HELD:
+            return
+        fh, n = _HELD[key]
+        if n > 1:
+            _HELD[key] = (fh, n - 1)
+            return
+        del _HELD[key]
+        try:
+            fh.seek(0)
+            fh.truncate()
+        except OSError:
+            pass
+        fh.close()  # drops the flock; the file stays (unlinking a lock file races with the next opener)
 
 
 class Ledger:
     """Append-only view of one parquet ledger file (rows kept in memory, flushed atomically)."""
 
-    def __init__(self, path: str | os.PathLike, *, flush_every: int = 1) -> None:
+    def __init__(self, path: str | os.PathLike, *, flush_every: int = 1, experiment: str | None = None,
+                 lock: bool = True) -> None:
+        """Open (and lock, unless ``lock=False``) the ledger at ``path``; ``experiment`` refuses a file
+        holding rows of another experiment. Nothing is written until a row is added."""
         self.path = Path(path)
         self.flush_every = max(1, int(flush_every))
-        self._rows: list[dict[str, Any]] = read_rows(self.path)
+        self._lock_key = acquire_lock(self.path) if lock else None
+        try:
+            self._rows: list[dict[str, Any]] = read_rows(self.path, experiment=experiment)
+            if lock:
+                self._remove_stale_temporaries()
+        except BaseException:
+            release_lock(self._lock_key)
+            self._lock_key = None
+            raise
         self._dirty = 0
         self._lock = threading.Lock()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files of writers that died between write and rename (we hold the lock: none is live)."""
+        for tmp in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -181,20 +355,27 @@ class Ledger:
     def _flush_locked(self) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist(self._rows, schema=_schema())
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        tmp: str | None = None
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
             with os.fdopen(fd, "wb") as fh:
                 pq.write_table(table, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        except BaseException as exc:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            if isinstance(exc, OSError):
+                kept = "the last good ledger is kept" if self.path.exists() else "nothing was written"
+                raise LedgerError(f"cannot write ledger {self.path}: {exc.strerror or exc} ({kept}; the "
+                                  f"{self._dirty} newest row(s) are not saved and a resume scores them again)"
+                                  ) from None
             raise
         try:
             dfd = os.open(self.path.parent, os.O_RDONLY)
@@ -207,8 +388,19 @@ class Ledger:
         self._dirty = 0
 
     def close(self) -> None:
-        if self._dirty:
-            self.flush()
+        """Flush what is left and give back the lock (the ledger may be opened again)."""
+        try:
+            if self._dirty:
+                self.flush()
+        finally:
+            release_lock(self._lock_key)
+            self._lock_key = None
+
+    def __del__(self) -> None:  # a Ledger dropped without close() must not keep its folder locked
+        try:
+            release_lock(self._lock_key)
+        except Exception:
+            pass
 
     def __enter__(self) -> "Ledger":
         return self

@@ -159,7 +159,8 @@ def test_the_registry_checks_names_before_touching_the_file_system(monkeypatch):
 
     monkeypatch.setattr(Path, "exists", boom)
     monkeypatch.setattr(Path, "stat", boom)
-    with pytest.raises(InvalidConfigError, match=r"hardware profile 'h{60}'\.\.\. \(5,000 characters\) is too long"):
+    too_long = r"hardware profile 'h{60}'\.\.\. \(5,000 characters\) is too long"
+    with pytest.raises(InvalidConfigError, match=too_long):
         load_hardware(LONG)
 
 

@@ -44,10 +44,12 @@ def test_flush_is_atomic_and_leaves_no_temporary_files(tmp_path):
     for i in range(5):
         led.append({"run_id": "r", "row": i, "trial_index": i, "status": "ok", "config_key": f"k{i}"})
     assert len(read_rows(path)) == 5
-    assert sorted(os.listdir(tmp_path)) == ["ledger.parquet"]
+    assert sorted(os.listdir(tmp_path)) == ["ledger.parquet", "ledger.parquet.lock"]
+    led.close()
     # a second writer opening the same file continues it
     led2 = Ledger(path)
     assert led2.next_row("r") == 5
+    led2.close()
 
 
 def test_buffered_flush(tmp_path):
@@ -64,7 +66,7 @@ def test_unknown_columns_and_bad_files_are_refused(tmp_path):
         Ledger(tmp_path / "l.parquet").append({"bogus": 1})
     bad = tmp_path / "bad.parquet"
     bad.write_text("not parquet")
-    with pytest.raises(LedgerError, match="not a readable parquet file"):
+    with pytest.raises(LedgerError, match="is not a parquet file"):
         read_rows(bad)
 
 
