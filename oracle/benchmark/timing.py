@@ -102,7 +102,8 @@ def _time_fbw(device: torch.device, forward: Callable[[], torch.Tensor], inputs:
         if every and out.requires_grad:
             if need_in:
                 tb, _ = _clock(device, lambda: torch.autograd.grad(out, need_in, g, retain_graph=True, allow_unused=True))
-            tbw, _ = _clock(device, lambda: torch.autograd.grad(out, every, g, allow_unused=True))
+            # the full backward as training runs it: gradients accumulate into .grad (micro-batches add up)
+            tbw, _ = _clock(device, lambda: torch.autograd.backward(out, g, inputs=every))
         del out, g
         if i >= s.warmup:
             fs.append(tf)
@@ -141,17 +142,19 @@ def _capture_op_inputs(layer: torch.nn.Module, inputs: Sequence[torch.Tensor]) -
 
 
 def _time_optimizer(device: torch.device, params: Sequence[torch.nn.Parameter], s: TimingSettings) -> float | None:
-    """Adam step on fp32 master copies of ``params`` plus the write-back into the model's dtype, per parameter."""
+    """Adam step on fp32 master copies of ``params`` (gradient cast in, write-back into the model's dtype out),
+    per parameter."""
     n = sum(p.numel() for p in params)
     if n == 0:
         return None
     master = [p.detach().float().clone().requires_grad_(True) for p in params]
-    for m in master:
-        m.grad = torch.randn_like(m)
+    grads = [torch.randn_like(p) for p in params]
     kw = {"fused": True} if device.type == "cuda" else {"foreach": True}
     opt = torch.optim.Adam(master, lr=1e-4, **kw)
 
     def step() -> None:
+        for m, g in zip(master, grads):  # the model-dtype gradients into the fp32 master's
+            m.grad = g.float()
         opt.step()
         with torch.no_grad():
             torch._foreach_copy_([p.data for p in params], master)

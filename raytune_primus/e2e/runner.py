@@ -19,13 +19,14 @@ from raytune_primus.e2e.trainer import TrainJob
 
 SEQ_LEN = 256
 BASE = {"seq_len": SEQ_LEN, "mbs": 1, "tp": 1, "use_distributed_optimizer": False, "recompute": "none",
-        "pp_schedule": "1f1b", "pipeline_split": "even"}
+        "pp_schedule": "1f1b"}
 
 
-def jobs(profile: str, *, iterations: int = 8, stat: str = "min") -> list[TrainJob]:
+def jobs(profile: str, *, iterations: int = 8, stat: str = "min", seq_len: int = SEQ_LEN) -> list[TrainJob]:
     """The end-to-end configurations: 1 process, DP=2 (DDP), PP=2 (1F1B), and the MoE card with EP=2."""
     def cfg(model: str, gpus: int, **tr: Any) -> dict[str, Any]:
-        return {"model": model, "cluster": {"hardware": profile, "num_gpus": gpus}, "training": {**BASE, **tr}}
+        return {"model": model, "cluster": {"hardware": profile, "num_gpus": gpus},
+                "training": {**BASE, "seq_len": seq_len, **tr}}
     return [
         TrainJob(name="dense 1 proc", config=cfg("tiny-dense", 1, gbs=4), iterations=iterations, stat=stat),
         TrainJob(name="dense DP=2", config=cfg("tiny-dense", 2, gbs=8, overlap_grad_reduce=True), iterations=iterations, stat=stat),
@@ -50,7 +51,8 @@ def _rank(xs: list[float]) -> list[int]:
 
 
 def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cache: bool = True,
-            repeats: int = 9, iterations: int = 8, stat: str = "min", log=print) -> dict[str, Any]:
+            repeats: int = 9, iterations: int = 8, stat: str = "min", rounds: int = 2, seq_len: int = SEQ_LEN,
+            log=print) -> dict[str, Any]:
     import torch
 
     from oracle.benchmark.source import BenchmarkSource
@@ -71,39 +73,55 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         profile = str(path)
         log(f"  link: {raw['links']['latency_s'] * 1e6:,.0f} us, {raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; "
             f"bf16 GEMM {raw['kernels']['gemm_bf16_flops'] / 1e9:,.0f} GFLOP/s")
-    todo = jobs(profile, iterations=iterations, stat=stat)
+    todo = jobs(profile, iterations=iterations, stat=stat, seq_len=seq_len)
+    runs = [RunConfig.from_dict(job.config) for job in todo]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one device = one core, as each trainer process
-    try:
-        src = BenchmarkSource(benchmark_gpus=1, bencher_options={"cache_dir": cache_dir, "use_cache": use_cache,
-                                                                  "repeats": repeats, "warmup": 3,
-                                                                  "stat": stat})
-        log("benchmarking the layer types in this one process (1 thread) ...")
+    best: dict[str, Any] = {}
+    measured: dict[str, dict[str, Any]] = {}
+    for rnd in range(rounds):
+        # each round measures the layers again (the cache serves the first) and reruns every job; the fastest
+        # of the rounds is kept on both sides, since other work on a shared machine only ever slows a run down
+        torch.set_num_threads(1)  # one device = one core, as each trainer process
+        try:
+            src = BenchmarkSource(benchmark_gpus=1, bencher_options={
+                "cache_dir": cache_dir, "use_cache": use_cache and rnd == 0, "repeats": repeats, "warmup": 3,
+                "stat": stat})
+            log(f"round {rnd + 1}/{rounds}: benchmarking the layer types in this one process (1 thread) ...")
+            for run in runs:
+                for spec in src.specs(run).values():
+                    m = src.get(spec)
+                    old = best.get(spec.key())
+                    if old is None or m.f_s + m.b_s + m.w_s < old.f_s + old.b_s + old.w_s:
+                        best[spec.key()] = m
+        finally:
+            torch.set_num_threads(threads)
         for job in todo:
-            run = RunConfig.from_dict(job.config)
-            for spec in src.specs(run).values():
-                src.get(spec)
-    finally:
-        torch.set_num_threads(threads)
+            log(f"round {rnd + 1}/{rounds}: running {job.name} ({job.world} process{'es' if job.world > 1 else ''}) ...")
+            res = run_job(job)
+            old = measured.get(job.name)
+            if old is None or res["tokens_per_s"] > old["tokens_per_s"]:
+                measured[job.name] = {**res, "all_iteration_times_s": (old or {}).get("all_iteration_times_s", [])
+                                      + res["iteration_times_s"]}
+            else:
+                old["all_iteration_times_s"] += res["iteration_times_s"]
+    src = BenchmarkSource(benchmark_gpus=1, timings=best, measure=False)
     rows = []
-    for job in todo:
-        run = RunConfig.from_dict(job.config)
-        log(f"running {job.name} ({job.world} process{'es' if job.world > 1 else ''}) ...")
-        measured = run_job(job)
+    for job, run in zip(todo, runs):
         bench = src.project(run)
         sim = project(run, mode="simulate")
         n = run.cluster.num_gpus
+        m = measured[job.name]
         rows.append({"name": job.name, "config": _short(job.config), "processes": job.world,
-                     "measured_tokens_per_s": measured["tokens_per_s"],
+                     "measured_tokens_per_s": m["tokens_per_s"],
                      "benchmark_projected": bench.tokens_per_s_per_gpu * n,
                      "simulate_projected": sim.tokens_per_s_per_gpu * n,
-                     "measured_iteration_times_s": measured["iteration_times_s"],
+                     "measured_iteration_s": m["iteration_s"], "measured_iteration_times_s": m["all_iteration_times_s"],
                      "benchmark_iteration_s": bench.iteration_time_s, "simulate_iteration_s": sim.iteration_time_s})
     for r in rows:
         r["benchmark_error"] = r["benchmark_projected"] / r["measured_tokens_per_s"] - 1
         r["simulate_error"] = r["simulate_projected"] / r["measured_tokens_per_s"] - 1
     meas = [r["measured_tokens_per_s"] for r in rows]
-    out = {"runs": rows, "profile": profile,
+    out = {"runs": rows, "profile": profile, "rounds": rounds, "statistic": stat,
            "benchmark_same_ranking": _rank(meas) == _rank([r["benchmark_projected"] for r in rows]),
            "simulate_same_ranking": _rank(meas) == _rank([r["simulate_projected"] for r in rows]),
            "benchmark_max_abs_error": max(abs(r["benchmark_error"]) for r in rows),

@@ -43,3 +43,14 @@ def test_bad_benchmark_gpus_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["project", "x.yaml", "--mode", "benchmark", "--benchmark-gpus", "0"])
     assert e.value.code == 2
+
+
+def test_hardware_calibrate_writes_a_profile_that_loads(capsys, tmp_path):
+    from oracle.hardware import load_hardware
+    out = tmp_path / "here.yaml"
+    code, text, err = _cli(capsys, "hardware", "calibrate", "here", "--threads", "1", "-o", str(out))
+    assert code == 0, err
+    hw = load_hardware(str(out))
+    assert hw.name == "here" and hw.num_compute_units == 1
+    assert 0 < hw.efficiency.gemm_bf16 <= 1 and 0 < hw.efficiency.hbm <= 1
+    assert "measured by `raytune-primus hardware calibrate`" in out.read_text()

@@ -1,0 +1,58 @@
+"""The CPU end-to-end trainer really trains in several gloo processes (DDP, pipelining 1F1B, EP all-to-all), and
+the e2e runner projects each run from a single-process benchmark. Accuracy is not asserted here: it needs a
+quiet machine (docs/benchmark.md); this checks that every path runs and reports what it should."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from raytune_primus.e2e import runner  # noqa: E402
+from raytune_primus.e2e.trainer import EPMoE, TrainJob, run_job  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+BASE = {"seq_len": 64, "mbs": 1, "use_distributed_optimizer": False, "pp_schedule": "1f1b"}
+
+
+def _job(name, model, gpus, **tr):
+    return TrainJob(name=name, config={"model": model, "cluster": {"hardware": "cpu-host", "num_gpus": gpus},
+                                       "training": {**BASE, **tr}}, warmup=1, iterations=2)
+
+
+@pytest.mark.parametrize("job", [
+    _job("dp2", "tiny-dense", 2, gbs=4),
+    _job("pp2", "tiny-dense", 2, gbs=4, pp=2),
+    _job("ep2", "tiny-moe", 2, gbs=4, ep=2, overlap_grad_reduce=False),
+], ids=lambda j: j.name)
+def test_trainer_runs_every_parallelism(job):
+    res = run_job(job)
+    assert res["world"] == 2 and len(res["iteration_times_s"]) == 2
+    assert res["tokens_per_s"] > 0 and math.isfinite(res["tokens_per_s"])
+    assert res["microbatches"] == (4 if "pp" in job.name else 2)
+
+
+def test_ep_moe_needs_an_even_split():
+    from oracle.benchmark.spec import LayerSpec
+    spec = LayerSpec(kind="moe", hidden=16, mbs=1, seq_q=5, seq_k=5, experts=2, router_experts=4, topk=1,
+                     expert_ffn=8, heads=2, kv_heads=2, head_dim=8)
+    with pytest.raises(ValueError, match="divide evenly"):
+        EPMoE(spec, ep=2)
+
+
+def test_runner_reports_measured_and_both_projections(monkeypatch, tmp_path):
+    """The runner with a stubbed trainer: rows, errors and the ranking check are computed from what it measured."""
+    fake = {"dense 1 proc": 1000.0, "dense DP=2": 1900.0, "dense PP=2 1F1B": 1500.0, "moe EP=2": 1200.0}
+    monkeypatch.setattr("raytune_primus.e2e.trainer.run_job", lambda job: {
+        "tokens_per_s": fake[job.name], "iteration_s": 1.0, "iteration_times_s": [1.0]})
+    res = runner.run_e2e(profile="cpu-host", cache_dir=str(tmp_path), repeats=1, iterations=1, rounds=1,
+                         seq_len=64, log=lambda *a: None)
+    assert [r["name"] for r in res["runs"]] == list(fake)
+    for r in res["runs"]:
+        assert r["measured_tokens_per_s"] == fake[r["name"]]
+        assert r["benchmark_projected"] > 0 and r["simulate_projected"] > 0
+        assert r["benchmark_error"] == pytest.approx(r["benchmark_projected"] / r["measured_tokens_per_s"] - 1)
+    assert isinstance(res["benchmark_same_ranking"], bool)
+    assert set(res["runs"][0]) >= {"name", "config", "measured_tokens_per_s", "benchmark_projected",
+                                   "simulate_projected"}
+
