@@ -177,6 +177,8 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     from oracle.hardware import bundled_hardware, load_hardware
     from raytune_primus.report import table
 
+    if args.action == "calibrate":
+        return _calibrate(args)
     if args.action == "list":
         rows = []
         for name in bundled_hardware():
@@ -243,6 +245,41 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    """hardware calibrate: measure this machine and write a profile (see oracle.benchmark.calibrate)."""
+    import yaml
+
+    from oracle.benchmark.calibrate import calibrate
+    from oracle.hardware import load_hardware
+    name = args.name or "calibrated"
+    data, raw = calibrate(base=args.base, name=name, world=args.world, threads=args.threads)
+    text = yaml.safe_dump(data, sort_keys=False)
+    if args.output:
+        Path(args.output).write_text(text)
+        load_hardware(args.output)  # the written profile must load
+        e = data["efficiency"]
+        print(f"wrote {args.output}: {raw['device']}; gemm_bf16 {e['gemm_bf16']['value']}, hbm {e['hbm']['value']}, "
+              f"attention {e['attention_fwd']['value']}/{e['attention_bwd']['value']}"
+              + (f"; link {raw['links']['latency_s'] * 1e6:,.0f} us, "
+                 f"{raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s" if raw["links"] else ""))
+    else:
+        print(text)
+    return 0
+
+
+def cmd_e2e_cpu(args: argparse.Namespace) -> int:
+    from raytune_primus.e2e.runner import e2e_text, run_e2e
+    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.format == "json" else \
+        (lambda *a: print(*a, flush=True))
+    res = run_e2e(profile=args.profile, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+                  repeats=args.repeats, iterations=args.iterations, log=log)
+    if args.format == "json":
+        _print_json(res)
+    else:
+        print(e2e_text(res))
+    return 0
+
+
 # ---------------------------------------------------------------------- plumbing
 class _UsageError(PrimusError):
     pass
@@ -297,10 +334,24 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--plot", metavar="FILE.png")
     va.set_defaults(func=cmd_validate)
 
-    hw = sub.add_parser("hardware", help="list or show hardware profiles")
-    hw.add_argument("action", choices=["list", "show"])
-    hw.add_argument("name", nargs="?")
+    hw = sub.add_parser("hardware", help="list or show hardware profiles, or calibrate one for this machine")
+    hw.add_argument("action", choices=["list", "show", "calibrate"])
+    hw.add_argument("name", nargs="?", help="show: profile name; calibrate: name of the new profile")
+    hw.add_argument("--base", default="cpu-host", help="calibrate: profile whose peaks and citations are kept "
+                    "(default cpu-host; on a GPU machine the bundled profile of that GPU)")
+    hw.add_argument("--world", type=_positive_int, default=1,
+                    help="calibrate: local processes (devices) whose links are measured (default 1: none)")
+    hw.add_argument("--threads", type=_positive_int, help="calibrate on a CPU: cores per device (default: all)")
+    hw.add_argument("-o", "--output", help="calibrate: write the profile YAML here (default: print it)")
     hw.set_defaults(func=cmd_hardware)
+
+    e2 = sub.add_parser("e2e-cpu", help="CPU end-to-end proof: real multi-process gloo runs (DP, PP, EP) vs "
+                        "projections from a 1-process benchmark")
+    e2.add_argument("--format", default="table", choices=["table", "json"])
+    e2.add_argument("--profile", help="hardware profile of one core per device (default: calibrate one first)")
+    e2.add_argument("--iterations", type=_positive_int, default=8, help="timed trainer iterations per run")
+    add_benchmark_flags(e2)
+    e2.set_defaults(func=cmd_e2e_cpu)
 
     mo = sub.add_parser("models", help="list, show or import model cards")
     mo.add_argument("action", choices=["list", "show", "import"])
