@@ -82,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                 distinct[f"hypothesis {type(exc).__name__} ({name})"] = (1, f"{exc!s:.400}")
             total += kind.tried
             failed_total += len(failures)
-            print(f"{name:<20} {kind.tried:>6} cases  {len(failures):>4} failed  {time.perf_counter() - t:6.1f} s",
-                  flush=True)
-    print(f"{'all':<20} {total:>6} cases  {failed_total:>4} failed  {time.perf_counter() - t0:6.1f} s")
+            print(f"{name:<20} {kind.tried:>6} cases  {kind.results:>5} results  {kind.tried - kind.results:>5} errors "
+                  f"{len(failures):>4} failed  {time.perf_counter() - t:6.1f} s", flush=True)
+    print(f"{'all':<20} {total:>6} cases  {failed_total:>4} failed  {time.perf_counter() - t0:6.1f} s\n"
+          "(results: exit 0; errors: exit 2 with error lines; failed: a traceback, another exit code, a long line, "
+          "or a library error outside PrimusError)")
     for sig, (n, first) in sorted(distinct.items(), key=lambda kv: -kv[1][0]):
         print(f"\n{n} x {sig}\n  {first}")
     return 1 if failed_total else 0

@@ -21,6 +21,19 @@ MODEL_DIR = Path(__file__).resolve().parent / "models"
 
 Activation = Literal["swiglu", "geglu", "gelu", "squared_relu", "relu"]
 GATED = ("swiglu", "geglu")
+_LAYERS, _WIDTH, _FFN, _HEADS, _CONTEXT = 10_000, 2**20, 2**22, 2**16, 2**30
+MAX_SIZES: dict[str, int] = {
+    "num_layers": _LAYERS, "first_dense_layers": _LAYERS, "moe_layer_freq": _LAYERS, "mtp_layers": _LAYERS,
+    "sliding_window_every": _LAYERS, "hidden_size": _WIDTH, "q_lora_rank": _WIDTH, "kv_lora_rank": _WIDTH,
+    "ffn_hidden_size": _FFN, "moe_ffn_hidden_size": _FFN, "shared_expert_ffn_hidden_size": _FFN,
+    "num_attention_heads": _HEADS, "num_query_groups": _HEADS, "head_dim": _HEADS, "qk_nope_head_dim": _HEADS,
+    "qk_rope_head_dim": _HEADS, "v_head_dim": _HEADS, "num_experts": _HEADS, "num_shared_experts": _HEADS,
+    "moe_topk": _HEADS, "vocab_size": 2**24, "make_vocab_size_divisible_by": 2**24, "max_seq_len": _CONTEXT,
+    "sliding_window": _CONTEXT,
+}
+"""Largest accepted value of each size field: about 100x the largest published model's, the bounds
+oracle.hf_import.SIZE_LIMITS puts on config.json keys (a fuzzed card of 10**7 layers took 37 s to refuse,
+10**9 would not end)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,6 +287,13 @@ class ModelCard:
         """Structural problems of the card itself (not of a parallel layout)."""
         p = []
         w = f"model card {self.name!r}"
+        for k, limit in MAX_SIZES.items():  # before anything below (or a layout) is sized by them
+            v = getattr(self, k)
+            if v is not None and v > limit:
+                p.append(f"{w}: {k}={v:,} is absurd: at most {limit:,} is accepted "
+                         f"(about 100x the largest published model's)")
+        if p:
+            return p
         for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
             if getattr(self, k) <= 0:
                 p.append(f"{w}: {k}={getattr(self, k)} must be > 0")

@@ -65,6 +65,8 @@ CHARS_PER_TOKEN = 3.0
 """Characters per prompt token used to estimate prompt sizes: measured 3.0 on the planner prompts and
 3.8-4.3 on the executor prompts of ../shared/llm-recordings (Qwen2.5 tokenizer); JSON-heavy text is
 the densest, so 3.0 bounds both."""
+MIN_TRAJECTORY_CHARS = 1500
+"""Room the executor's prompt keeps for its latest tool steps (about two steps with their observations)."""
 PROMPT_TOKENS = 3000
 """Default prompt budget (estimated tokens, system prompt included): a 4,096-token context keeps
 ~1,000 tokens for the answer (set max_tokens to match)."""
@@ -340,10 +342,17 @@ def _compact(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), default=str)
 
 
-def _history_rows(history: History, k: int) -> list[dict[str, Any]]:
-    """The planner's view of the history: best first, None fields and empty reasons left out."""
+def _history_rows(history: History, k: int, reason_chars: int = 200) -> list[dict[str, Any]]:
+    """The planner's view of the history: best first, None fields and empty reasons left out, reasons
+    clipped to ``reason_chars``."""
     rows = history.summary(k, sort=True) if k > 0 else []
-    return [{f: v for f, v in r.items() if v not in (None, "")} for r in rows]
+    out = []
+    for r in rows:
+        r = {f: v for f, v in r.items() if v not in (None, "")}
+        if "reason" in r:
+            r["reason"] = _clip(r["reason"], reason_chars)
+        out.append(r)
+    return out
 
 
 def prompt_chars(signature: Any, inputs: Mapping[str, Any]) -> int:
@@ -371,7 +380,7 @@ def _bounded_react(signature: Any, tools: list[Any], max_iters: int) -> Any:
                     steps.pop(key)
                 text = super()._format_trajectory(steps)
             if len(text) > self.trajectory_chars:
-                text = "..." + text[-max(0, self.trajectory_chars - 3):]
+                text = "..." + text[len(text) - max(0, self.trajectory_chars - 3):]
             return text
 
     return BoundedReAct(signature, tools=tools, max_iters=max_iters)
@@ -652,14 +661,16 @@ class LLMProposer:
 
     # ------------------------------------------------------------------ prompts within the budget
     def _plan_inputs(self, signature: Any) -> dict[str, str]:
-        """Planner inputs that fit ``prompt_tokens``: fewer history rows first, then shorter notes."""
+        """Planner inputs that fit ``prompt_tokens``: shorter reasons and fewer history rows (the best are
+        kept), then shorter notes."""
         budget = int(self.prompt_tokens * CHARS_PER_TOKEN)
         inputs = {"architecture": self._architecture(), "cluster": self._cluster(),
                   "legal_axes": _compact(self.space.describe()), "history_summary": "[]",
-                  "extra_guidance": _clip(self.extra_guidance or "(none)", 1500),
-                  "scratchpad": self._scratchpad_text() or "(empty)"}
-        for k in (40, 30, 20, 14, 10, 7, 5, 3, 1, 0):
-            inputs["history_summary"] = _compact(_history_rows(self.history, k))
+                  "extra_guidance": _clip(self.extra_guidance or "(none)", 1000),
+                  "scratchpad": self._scratchpad_text(800) or "(empty)"}
+        for k, reason_chars in ((40, 200), (30, 120), (20, 80), (14, 60), (10, 60), (7, 40), (5, 40), (3, 40),
+                                (1, 40), (0, 0)):
+            inputs["history_summary"] = _compact(_history_rows(self.history, k, reason_chars))
             size = prompt_chars(signature, inputs)
             if size <= budget:
                 break
@@ -670,15 +681,22 @@ class LLMProposer:
         self.max_prompt_chars = max(self.max_prompt_chars, size)
         return inputs
 
-    def _executor(self, signature: Any, inputs: Mapping[str, str]) -> Any:
-        """The ReAct executor; its trajectory gets what the budget leaves after the fixed prompt."""
+    def _executor(self, signature: Any, plan_text: str,
+                  planned: list[dict[str, Any]]) -> tuple[Any, dict[str, str]]:
+        """The ReAct executor and its inputs; the trajectory gets what the budget leaves after the fixed
+        prompt, at least MIN_TRAJECTORY_CHARS (a shorter plan and fewer listed candidates first)."""
         executor = _bounded_react(signature, self._tools(), self._max_iters)
         budget = int(self.prompt_tokens * CHARS_PER_TOKEN)
-        fixed = max(prompt_chars(executor.react.signature, {**inputs, "trajectory": ""}),
-                    prompt_chars(executor.extract.predict.signature, {**inputs, "trajectory": ""}))
-        executor.trajectory_chars = max(500, budget - fixed)
+        for plan_chars, n in ((1500, len(planned)), (800, 12), (400, 6), (200, 3), (100, 1)):
+            inputs = {"plan": _clip(plan_text, plan_chars), "candidate_configs": _compact(planned[:n]),
+                      "budget_status": self._budget_text()}
+            fixed = max(prompt_chars(executor.react.signature, {**inputs, "trajectory": ""}),
+                        prompt_chars(executor.extract.predict.signature, {**inputs, "trajectory": ""}))
+            if budget - fixed >= MIN_TRAJECTORY_CHARS:
+                break
+        executor.trajectory_chars = max(0, budget - fixed)
         self.max_prompt_chars = max(self.max_prompt_chars, fixed + executor.trajectory_chars)
-        return executor
+        return executor, inputs
 
     # ------------------------------------------------------------------ one round (in the greenlet)
     def _run_round(self) -> None:
@@ -718,9 +736,8 @@ class LLMProposer:
                 return None
             try:
                 self.counts["executor_calls"] += 1
-                inputs = {"plan": plan_text, "candidate_configs": _compact(planned),
-                          "budget_status": self._budget_text()}
-                self._executor(SearchSignature, inputs)(**inputs)
+                executor, inputs = self._executor(SearchSignature, plan_text, planned)
+                executor(**inputs)
             except _RoundOver:
                 pass
             except Exception as exc:

@@ -196,6 +196,8 @@ class Kind:
     library: Callable[[Path, Any], Any]
     examples: int = 40
     tried: int = field(default=0)
+    results: int = field(default=0)
+    """Cases the CLI answered with exit code 0 (a result, not an error)."""
 
 
 _counter = itertools.count()
@@ -358,7 +360,7 @@ def kinds() -> dict[str, Kind]:
                            _write_yaml("experiment.yaml"),
                            lambda p, tmp: ["tune", str(p), "--driver", "inprocess", "--budget", "1", "--quiet",
                                            "--format", "json", "--fresh", "--results", str(p.parent / "results")],
-                           _lib_experiment, examples=25),
+                           _lib_experiment, examples=20),
         "hardware": Kind("hardware", hw_seed, _write_yaml("profile.yaml"),
                          lambda p, tmp: ["hardware", "show", str(p)], _lib_hardware),
         "model-card": Kind("model-card", lambda: _load_yaml("oracle/models/mixtral-8x7b.yaml"),
@@ -385,5 +387,6 @@ def run_case(kind: Kind, data: st.DataObject, tmp: Path) -> str:
     except Exception as exc:  # escaped main(): a traceback for the user
         raise AssertionError(f"{case}: {type(exc).__name__} escaped the CLI: {exc!s:.500}") from exc
     check_cli(outcome, case)
+    kind.results += outcome.rc == 0
     check_lib(lambda: kind.library(path, doc if kind.name != "csv" else None), case)
     return case

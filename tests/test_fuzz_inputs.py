@@ -60,6 +60,9 @@ def _write(tmp_path, name, text):
      "training: {seq_len: 8192, gbs: 128, tp: 4, pp: 4, vpp: 70666488190934110}\n", "pp*vpp = 4*70666488190934110"),
     ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\n"
      "training: {seq_len: 8192, gbs: 10000000000000000, tp: 4, pp: 4, vpp: 5}\n", "micro-batches"),
+    ("model: {name: big, num_layers: 1000000000, hidden_size: 64, num_attention_heads: 4, vocab_size: 100, "
+     "ffn_hidden_size: 128}\ncluster: {hardware: h100-sxm, num_gpus: 8}\ntraining: {seq_len: 2048, gbs: 8}\n",
+     "num_layers=1,000,000,000 is absurd"),
     ("model: llama3.1-8b\ncluster: {hardware: h100-sxm, num_gpus: 8}\ntraining: {seq_len: 2048, gbs: 8, "
      "precision: !!python/name:os.system }\n", "python/name"),
 ])

@@ -139,3 +139,41 @@ def test_the_1_5b_planners_candidates_are_evaluated_when_its_executor_writes_jun
     by = summary["proposer_trials"]
     assert by["llm:openai/qwen2.5-coder-0.5b-instruct"] >= 1 and sum(by.values()) == 30
     assert summary["budget_spent"] is True
+
+
+def test_prompts_fit_the_budget_with_a_long_history_plan_and_trajectory():
+    """A 4k-token context holds every call however much the search has to tell: 60 trials with long
+    reasons, a long scratchpad and guidance, a long plan with 25 candidates, a 30-step trajectory."""
+    import dspy
+
+    from searchers.base import Candidate, TrialResult
+    from searchers.experiment import load_experiment
+    from searchers.history import History
+    from searchers.llm import LLMProposer, prompt_chars
+
+    space = load_experiment("mixtral-8x22b-mi355x-4node").space
+    history = History(space)
+    for i, point in enumerate(space.points[:60]):
+        run = space.run_of(point)
+        history.add(Candidate(values=dict(zip(space.axes, point)), phase="seed"),
+                    TrialResult(status="ok", key=run.key(), training=run.to_dict()["training"],
+                                tokens_per_s_per_gpu=1000.0 + i, peak_bytes=2e11, cap_bytes=2.5e11,
+                                reason="a long reason " * 12))
+    prop = LLMProposer(space, history, lm=object(), extra_guidance="guidance " * 400)
+    prop.scratchpad = ["a note that goes on " * 20] * 30
+    budget_chars = PROMPT_TOKENS * CHARS_PER_TOKEN
+    plan_signature, search_signature = _signatures()
+    sig = dspy.ChainOfThought(plan_signature).predict.signature
+    inputs = prop._plan_inputs(sig)
+    assert prompt_chars(sig, inputs) <= budget_chars
+    assert len(json.loads(inputs["history_summary"])) >= 5   # the best trials still make it in
+    planned = [dict(zip(space.axes, p)) for p in space.points[100:125]]
+    executor, ex_inputs = prop._executor(search_signature, "a long plan " * 500, planned)
+    steps = {}
+    for i in range(30):
+        steps.update({f"thought_{i}": "thinking " * 30, f"tool_name_{i}": "evaluate",
+                      f"tool_args_{i}": {"config": planned[i % 25]}, f"observation_{i}": "observed " * 40})
+    trajectory = executor._format_trajectory(steps)
+    assert "observation_29" in trajectory and "observation_0" not in trajectory  # the latest steps are kept
+    for signature in (executor.react.signature, executor.extract.predict.signature):
+        assert prompt_chars(signature, {**ex_inputs, "trajectory": trajectory}) <= budget_chars
