@@ -26,12 +26,9 @@ from hardware import PROFILE_DIR
 from oracle.errors import HardwareProfileError, InvalidConfigError
 from oracle.registry import YamlRegistry
 from oracle.schema import unknown_key_problems
+from oracle.units import GB, GIB, TFLOPS, US
 from oracle.yamlio import load_mapping
 
-GIB = 2**30
-GB = 1e9
-TFLOPS = 1e12
-US = 1e-6
 
 DEFAULT_MEMORY_MARGIN = 0.10
 """Share of allocatable HBM held back by default (paper App. C.3 pre-filter: cap = (HBM - reserve) x 0.9)."""

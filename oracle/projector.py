@@ -28,6 +28,7 @@ from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, 
 from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
 from oracle.pipeline.schedules.ilp import work_budget as ilp_work_budget
 from oracle.results import CommTerm, Projection, TimeBreakdown
+from oracle.units import GIB
 
 MODES = ("simulate", "benchmark", "both")
 # FSDP per-phase overlap ceilings (paper App. B.4): forward all-gather, recompute all-gather, reduce-scatter.
@@ -44,17 +45,28 @@ def comm_model(hw: HardwareProfile, num_gpus: int) -> CommModel:
 
 @dataclass(frozen=True, slots=True)
 class _Chunk:
-    f: float
-    b: float
-    w: float
-    f_compute: float
-    b_compute: float
-    w_compute: float
-    recompute: float
-    host: float
+    """One micro-batch through one (rank, chunk): what the pipeline simulator and the breakdown read."""
+
+    f_s: float
+    """Forward op time: compute + exposed communication + host stalls."""
+    b_s: float
+    """Backward (input-gradient) op time, with recompute, exposed communication and host stalls."""
+    w_s: float
+    """Weight-gradient op time."""
+    f_compute_s: float
+    """Forward GEMM/attention compute alone."""
+    b_compute_s: float
+    """Input-gradient compute alone."""
+    w_compute_s: float
+    """Weight-gradient compute alone."""
+    recompute_s: float
+    """Activation recomputation replayed in the backward."""
+    host_s: float
     """GPU idle after MoE dispatcher syncs (forward passes and their full-recompute replays)."""
     comm_exposed: dict[str, float]
+    """Exposed communication seconds per kind."""
     comm_total: dict[str, float]
+    """Total (overlapped + exposed) communication seconds per kind."""
 
 
 def _add(d: dict[str, float], k: str, v: float) -> None:
@@ -113,8 +125,9 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
         host_b += n_mtp * c.host_b_s
         b += n_mtp * (c.b_s + ob)
         w += n_mtp * (c.w_s + ow)
-    return _Chunk(f=f + comm_f + host_f, b=b + rec + comm_b + host_rec + host_b, w=w, f_compute=f, b_compute=b,
-                  w_compute=w, recompute=rec, host=host_f + host_rec + host_b, comm_exposed=exp, comm_total=tot)
+    return _Chunk(f_s=f + comm_f + host_f, b_s=b + rec + comm_b + host_rec + host_b, w_s=w, f_compute_s=f,
+                  b_compute_s=b, w_compute_s=w, recompute_s=rec, host_s=host_f + host_rec + host_b,
+                  comm_exposed=exp, comm_total=tot)
 
 
 def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float], str]:
@@ -186,12 +199,12 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     # in-flight count the memory model wants (B/W release fractions included); each chunk weighs its
     # share of the rank's activation, so uneven pipeline layouts count chunks at their size
     act = chunk_activation_shares(run)
-    f = tuple(tuple(c.f for c in row) for row in chunks)
+    f = tuple(tuple(c.f_s for c in row) for row in chunks)
     if split:
-        b = tuple(tuple(c.b for c in row) for row in chunks)
-        w = tuple(tuple(c.w for c in row) for row in chunks)
+        b = tuple(tuple(c.b_s for c in row) for row in chunks)
+        w = tuple(tuple(c.w_s for c in row) for row in chunks)
     else:
-        b = tuple(tuple(c.b + c.w for c in row) for row in chunks)
+        b = tuple(tuple(c.b_s + c.w_s for c in row) for row in chunks)
         w = tuple(tuple(0.0 for _ in row) for row in chunks)
     costs = StageCosts(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges), p2p_blocking=spec.blocking_p2p)
     return L, comm, chunks, costs, edges, p2p_algo
@@ -205,8 +218,8 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     t, hw = run.training, run.cluster.hardware
     mb = L.num_microbatches
     terms: list[CommTerm] = []
-    last_mb_bwd = sum(c.b + c.w for c in chunks[crit])
-    first_mb_fwd = sum(c.f for c in chunks[crit])
+    last_mb_bwd = sum(c.b_s + c.w_s for c in chunks[crit])
+    first_mb_fwd = sum(c.f_s for c in chunks[crit])
     dense_p, expert_p = rank_param_counts(run, crit)
     dp_cp = L.dp * t.cp
     grad_b = FP32 if t.grad_reduce_in_fp32 else BF16
@@ -287,7 +300,7 @@ def tokens_per_s_per_gpu_upper_bound(run: RunConfig, *, source: LayerTimeSource 
     L, comm, chunks, costs, edges, _ = _pipeline_inputs(run, source or LayerTimeSource())
     mb = L.num_microbatches
     if t.pp == 1:
-        makespan_lb = mb * sum(c.f + c.b + c.w for c in chunks[0])
+        makespan_lb = mb * sum(c.f_s + c.b_s + c.w_s for c in chunks[0])
     else:
         spec = get_schedule(t.schedule)
         makespan_lb = lower_bound_s(t.pp, t.vpp, spec.layout, mb, costs)
@@ -315,7 +328,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     L, comm, chunks, costs, edges, p2p_algo = _pipeline_inputs(run, src)
     pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
     if pp == 1:
-        per_mb = sum(c.f + c.b + c.w for c in chunks[0])
+        per_mb = sum(c.f_s + c.b_s + c.w_s for c in chunks[0])
         makespan = mb * per_mb
         busy = [makespan]
         in_flight = None
@@ -358,9 +371,9 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     tflops = tps * flops_tok / 1e12
     gemm_dtype = {"fp8": "fp8", "nvfp4": "fp4"}.get(t.precision, "bf16")
     peak = hw.peak_flops(gemm_dtype)
-    compute = mb * sum(c.f_compute + c.b_compute + c.w_compute for c in chunks[crit])
-    recompute = mb * sum(c.recompute for c in chunks[crit])
-    host_sync = mb * sum(c.host for c in chunks[crit])
+    compute = mb * sum(c.f_compute_s + c.b_compute_s + c.w_compute_s for c in chunks[crit])
+    recompute = mb * sum(c.recompute_s for c in chunks[crit])
+    host_sync = mb * sum(c.host_s for c in chunks[crit])
     bubble = max(0.0, makespan - busy[crit] - p2p_held)
     breakdown = TimeBreakdown(compute_s=compute, recompute_s=recompute, bubble_s=bubble, optimizer_s=optimizer_s,
                               host_sync_s=host_sync, comm=tuple(terms),
@@ -371,14 +384,14 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         "schedule": t.schedule, "num_microbatches": mb, "dp": L.dp, "edp": L.edp,
         "critical_rank": crit, "flop_formula": FLOP_FORMULA, "model_flops_per_token": flops_tok,
         "mfu_peak": f"{gemm_dtype} dense peak of {hw.name}",
-        "stage_times_s": [[{"f": c.f, "b": c.b, "w": c.w} for c in row] for row in chunks],
+        "stage_times_s": [[{"f": c.f_s, "b": c.b_s, "w": c.w_s} for c in row] for row in chunks],
         "makespan_s": makespan,
         "schedule_approximate": bool(pp > 1 and res.approximate),
         "schedule_note": res.note if pp > 1 else "",
     }
     warnings = []
     if not memory.fits:
-        warnings.append(f"does not fit: peak {memory.peak_bytes / 2**30:.1f} GiB > cap {memory.cap_bytes / 2**30:.1f} GiB")
+        warnings.append(f"does not fit: peak {memory.peak_bytes / GIB:.1f} GiB > cap {memory.cap_bytes / GIB:.1f} GiB")
     return Projection(config=run.to_dict(), mode=mode, memory=memory, iteration_time_s=iteration,
                       tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak,
                       breakdown=breakdown, warnings=tuple(warnings), details=details)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-GIB = 2**30
+from oracle.units import GIB
+
 Source = Literal["analytical", "measured", "scaled"]
 
 

@@ -11,12 +11,13 @@ import csv
 import dataclasses
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from oracle.config import RunConfig, TrainingConfig
 from oracle.errors import InvalidConfigError, PrimusError, clip
+from oracle.units import GIB
 
 REQUIRED_COLUMNS = ("id", "model", "hardware", "num_gpus")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_peak_mem_gib")
@@ -24,30 +25,47 @@ INFO_COLUMNS = ("group", "source", "quality", "notes")
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
 
 
-@dataclass
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RowResult:
+    """One published row against its projection."""
+
     id: str
+    """Row id in the CSV."""
     group: str
+    """Source table (and, for NVIDIA, the NeMo container release)."""
     quality: str
+    """How directly the row states its configuration (the CSV's quality column)."""
     quantity: str | None
+    """'tokens_per_s_per_gpu' or 'tflops_per_gpu': what the row measured (None: neither)."""
     measured: float | None
-    projected: float | None
-    error: float | None
-    skipped: str | None
-    fits: bool | None
-    projected_peak_gib: float | None
-    measured_peak_mem_gib: float | None
-    assumed: list[str] = field(default_factory=list)
+    """Published value of ``quantity``."""
+    projected: float | None = None
+    """Projected value of ``quantity`` (None when skipped)."""
+    error: float | None = None
+    """projected / measured - 1."""
+    skipped: str | None = None
+    """Why the row was not projected (None when it was)."""
+    fits: bool | None = None
+    """The projection's memory verdict."""
+    projected_peak_gib: float | None = None
+    """Projected peak memory per GPU."""
+    measured_peak_mem_gib: float | None = None
+    """Published peak memory, when the row states one."""
+    assumed: tuple[str, ...] = ()
+    """Training keys the row does not publish, filled with documented defaults."""
     projection: Any = None
+    """The full Projection (not serialised)."""
     release: str | None = None
     """Software release the row was measured on (NVIDIA tables: the NeMo container in ``group``)."""
     newest: bool = True
     """False when the same configuration was also published for a newer release (history, not target)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("id", "group", "quality", "quantity", "measured", "projected",
-                                              "error", "skipped", "fits", "projected_peak_gib",
-                                              "measured_peak_mem_gib", "assumed", "release", "newest")}
+        out = {k: getattr(self, k) for k in ("id", "group", "quality", "quantity", "measured", "projected",
+                                             "error", "skipped", "fits", "projected_peak_gib",
+                                             "measured_peak_mem_gib", "assumed", "release", "newest")}
+        out["assumed"] = list(self.assumed)
+        return out
 
 
 _RELEASE = re.compile(r"^\s*(\d+(?:\.\d+)+)\b")
@@ -211,8 +229,8 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | P
             tfl = _num(row.get("measured_tflops_per_gpu", ""))
             mem = _num(row.get("measured_peak_mem_gib", ""))
         except ValueError as exc:
-            out.append(RowResult(rid, group, quality, None, None, None, None, f"bad measured value: {exc}",
-                                 None, None, None))
+            out.append(RowResult(id=rid, group=group, quality=quality, quantity=None, measured=None,
+                                 skipped=f"bad measured value: {exc}"))
             continue
         quantity = "tokens_per_s_per_gpu" if tps is not None else ("tflops_per_gpu" if tfl is not None else None)
         measured = tps if tps is not None else tfl
@@ -220,16 +238,18 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | P
         if quantity is None and skip is None:
             skip = "no measured throughput in this row"
         if skip is not None:
-            out.append(RowResult(rid, group, quality, quantity, measured, None, None, skip, None, None, mem, assumed))
+            out.append(RowResult(id=rid, group=group, quality=quality, quantity=quantity, measured=measured,
+                                 skipped=skip, measured_peak_mem_gib=mem, assumed=tuple(assumed)))
             continue
         proj = project_fn(run)
         projected = proj.tokens_per_s_per_gpu if quantity == "tokens_per_s_per_gpu" else proj.tflops_per_gpu
         err = projected / measured - 1.0 if measured else None
-        out.append(RowResult(rid, group, quality, quantity, measured, projected, err, None, proj.fits,
-                             proj.memory.peak_bytes / 2**30, mem, assumed, proj))
-    for r, row, newest in zip(out, rows, newest_flags(rows)):
-        r.release, r.newest = release_of(row), newest
-    return out
+        out.append(RowResult(id=rid, group=group, quality=quality, quantity=quantity, measured=measured,
+                             projected=projected, error=err, fits=proj.fits,
+                             projected_peak_gib=proj.memory.peak_bytes / GIB, measured_peak_mem_gib=mem,
+                             assumed=tuple(assumed), projection=proj))
+    return [dataclasses.replace(r, release=release_of(row), newest=newest)
+            for r, row, newest in zip(out, rows, newest_flags(rows))]
 
 
 BATCH_AXES = ("mbs", "gbs")

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from oracle.errors import PrimusError
+from oracle.units import GIB
 
 EXIT_OK, EXIT_ALL_ERRORED, EXIT_USAGE = 0, 1, 2
-GIB = 2**30
 
 
 def default_results_dir(experiment_name: str) -> Path:
@@ -131,31 +131,23 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
     ledger_path = results / "ledger.parquet"
     ev = _evaluator_for(exp, evaluator)
     t0 = time.perf_counter()
+    ray_info = None
     if driver == "inprocess":
         from searchers.driver import run_search
-        r = run_search(exp, searcher, budget, seed, ledger_path, evaluator=ev)
-        summary: dict[str, Any] = {
-            "driver": "inprocess", "experiment": exp.name, "searcher": r.searcher, "seed": r.seed,
-            "proposer": r.proposer, "budget": r.budget, "oracle_mode": r.oracle_mode,
-            "trials_run": r.trials, "resumed": r.resumed, "rejected": r.prefilter_rejections,
-            "illegal": r.illegal, "failed": r.failed, "errored": 0, "retries": 0,
-            "proposer_trials": r.proposer_trials, "budget_spent": r.budget_spent,
-            "proposer_stats": r.proposer_stats, "best_so_far": r.best_so_far,
-            "winner": None if r.best_training is None else {
-                "tokens_per_s_per_gpu": r.best_tokens_per_s_per_gpu, "key": r.best_key,
-                "memory_gib": r.best_memory_gib, "config": r.best_training}}
+        result = run_search(exp, searcher, budget, seed, ledger_path, evaluator=ev)
     elif driver == "ray":
         from raytune_primus.runtime import init_ray
         from raytune_primus.tuner import run_tune
 
         how = init_ray(address, **_connect(connect_timeout_s))
-        out = run_tune(exp, results, searcher=searcher, budget=budget, seed=seed, evaluator=ev,
-                       max_concurrent=max_concurrent, max_failures=max_failures, benchmark_gpus=benchmark_gpus,
-                       timer=timer, progress=progress, hook=hook)
-        summary = {"driver": "ray", "ray": _ray_info(how), **out.to_dict()}
+        result = run_tune(exp, results, searcher=searcher, budget=budget, seed=seed, evaluator=ev,
+                          max_concurrent=max_concurrent, max_failures=max_failures, benchmark_gpus=benchmark_gpus,
+                          timer=timer, progress=progress, hook=hook)
+        ray_info = _ray_info(how)
     else:
         from oracle.errors import InvalidConfigError
         raise InvalidConfigError(f"driver={driver!r} is not one of ray | inprocess")
+    summary: dict[str, Any] = {**result.summary(), "ray": ray_info}  # the same keys whichever driver ran it
     if summary.get("winner"):
         summary["winner"]["projection"] = winner_projection(exp, summary["winner"]["config"], ev)
     summary["ledger"] = str(ledger_path)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oracle.results import GIB, MemoryNode, Projection
+from oracle.results import MemoryNode, Projection
+from oracle.units import GIB
 
 
 def _fmt(v: Any, nd: int = 1) -> str:

@@ -8,6 +8,7 @@ from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError, PrimusError
 from oracle.pipeline.schedules import SCHEDULES
 from oracle.projector import pipeline_result, project
+from oracle.units import GIB
 from raytune_primus.report import table
 
 VPP_OPTIONS = (2, 3, 4, 5, 6, 8)
@@ -43,7 +44,7 @@ def compare_schedules_table(run: RunConfig) -> tuple[list[dict[str, Any]], str]:
                      "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "tflops_per_gpu": p.tflops_per_gpu,
                      "mfu": p.mfu, "iteration_time_s": p.iteration_time_s,
                      "bubble_fraction": b.bubble_s / p.iteration_time_s,
-                     "peak_gib": p.memory.peak_bytes / 2**30, "fits": p.fits,
+                     "peak_gib": p.memory.peak_bytes / GIB, "fits": p.fits,
                      "approximate": bool(p.details.get("schedule_approximate"))})
     base = next((r for r in rows if r["schedule"] == "1f1b" and "error" not in r), None)
     lines = []

@@ -41,9 +41,11 @@ from ray import tune
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from oracle.errors import BenchmarkError, InvalidConfigError
-from raytune_primus.trainable import METRIC, MODE, make_trainable, result_from_metrics, result_to_dict
+from oracle.units import GIB
+from raytune_primus.trainable import METRIC, MODE, make_trainable, result_from_metrics
 from searchers.base import Candidate, TrialResult, make_searcher
 from searchers.book import TrialBook
+from searchers.driver import SearchResult, searcher_stats
 from searchers.evaluator import evaluator_version
 from searchers.ledger import Ledger, now_utc
 from searchers.prefilter import PreFilter
@@ -115,6 +117,11 @@ class PrimusSearcher(Searcher):
     @property
     def book(self) -> TrialBook:
         return self._state()["book"]
+
+    @property
+    def inner(self) -> Any:
+        """The searcher behind the pre-filter."""
+        return self._state()["inner"]
 
     @property
     def gate(self) -> PreFilter:
@@ -262,42 +269,29 @@ def _describe(config: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------- outcome
 @dataclass(kw_only=True)
-class TuneOutcome:
-    """What a Tune search did (also what ``summary.json`` holds)."""
+class TuneRecord:
+    """What only the Ray driver has: Ray Tune's own account of a search (``SearchResult.tune``)."""
 
-    experiment: str
-    searcher: str
-    seed: int
-    proposer: str
-    budget: int
-    oracle_mode: str
-    trials_run: int
-    """Counted trials (scored + rejected by the pre-filter + failed), resumed ones included."""
-    resumed: int
-    rejected: int
-    illegal: int
-    failed: int
     tune_trials: int
     """Trials Tune ran (pre-filter rejections and illegal proposals never become Tune trials)."""
     errored: int
     """Tune trials that ended in ERROR after their retries."""
     retries: int
-    winner: dict[str, Any] | None
-    best_so_far: list[float | None]
+    """Trials Tune re-ran after a crash (FailureConfig.max_failures)."""
     experiment_path: str
+    """Tune's experiment directory (``Tuner.restore`` resumes from it)."""
     restored: bool
+    """This call resumed an earlier Tune run of the same search."""
     max_concurrent: int
+    """Trials in flight at once."""
     scorers: dict[str, Any] = field(default_factory=dict)
+    """The scoring service's counters (scorers, alive, busiest)."""
     timing_cache: dict[str, Any] | None = None
+    """Benchmark mode: the shared layer-timing cache's counters."""
     progress: list[str] = field(default_factory=list)
+    """The progress lines printed during the search."""
     tune_wall_s: float = 0.0
-    proposer_trials: dict[str, int] = field(default_factory=dict)
-    """Counted trials per proposer (the ledger's ``proposer`` column)."""
-    budget_spent: bool = False
-    """Whether the whole budget was used."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    """Seconds inside ``Tuner.fit``."""
 
 
 # ---------------------------------------------------------------------------------- building and running
@@ -311,7 +305,7 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
              max_concurrent: int | None = None, max_failures: int = 2, benchmark_gpus: int | None = None,
              timer: Any = None, num_scorers: int | None = None, trial_cpus: float = 1.0, progress: bool = True,
              hook: Callable[[Mapping[str, Any]], None] | None = None, restore: bool = True,
-             checkpoint_period_s: float = 0.0) -> TuneOutcome:
+             checkpoint_period_s: float = 0.0) -> SearchResult:
     """Run (or resume) a Tune search of ``experiment``; Ray must be initialised (see runtime.init_ray).
 
     Simulate mode (default): ``num_scorers`` CPU scorer actors (``num_cpus=0``, SPREAD). Benchmark mode
@@ -420,21 +414,22 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     prog = next((c for c in (tuner._local_tuner.get_run_config().callbacks or [])
                  if isinstance(c, ProgressCallback)), None)
     errored = sum(1 for r in grid if r.error is not None)
-    winner = None
-    if best is not None:
-        winner = {"tokens_per_s_per_gpu": best.value, "key": best.key,
-                  "memory_gib": None if best.peak_bytes is None else best.peak_bytes / 2**30,
-                  "config": dict(best.training or {}), "result": result_to_dict(best)}
     primus.close()
-    return TuneOutcome(
+    record = TuneRecord(tune_trials=len(grid), errored=errored, retries=len(primus.retries),
+                        experiment_path=str(exp_path), restored=restored, max_concurrent=max_concurrent,
+                        scorers=svc_stats, timing_cache=cache_stats, progress=list(prog.lines) if prog else [],
+                        tune_wall_s=wall)
+    return SearchResult(
         experiment=exp.name, searcher=primus.searcher_name, seed=primus.seed, proposer=gate.proposer,
-        budget=primus.budget, oracle_mode=evaluator.mode, trials_run=book.used, resumed=book.resumed,
-        rejected=book.count("rejected"), illegal=book.count("illegal"), failed=book.count("failed"),
-        tune_trials=len(grid), errored=errored, retries=len(primus.retries), winner=winner,
-        best_so_far=book.best_so_far(), experiment_path=str(exp_path), restored=restored,
-        max_concurrent=max_concurrent, scorers=svc_stats, timing_cache=cache_stats,
-        progress=list(prog.lines) if prog else [], tune_wall_s=wall,
-        proposer_trials=book.proposer_trials(), budget_spent=book.budget_spent)
+        budget=primus.budget, trials=book.used, resumed=book.resumed,
+        best_tokens_per_s_per_gpu=best.value if best else None,
+        best_training=dict(best.training or {}) if best else None, best_key=best.key if best else "",
+        best_memory_gib=best.peak_bytes / GIB if best and best.peak_bytes else None,
+        best_so_far=book.best_so_far(), prefilter_rejections=book.count("rejected"),
+        illegal=book.count("illegal"), failed=book.count("failed"), repeats=gate.repeats,
+        oracle_mode=evaluator.mode, ledger_path=str(ledger_path), wall_s=wall,
+        proposer_stats=searcher_stats(primus.inner),
+        proposer_trials=book.proposer_trials(), budget_spent=book.budget_spent, driver="ray", tune=record)
 
 
 # ---------------------------------------------------------------------------------- compare on Ray

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from searchers.space import SearchSpace
 
 Status = Literal["ok", "rejected", "illegal", "failed"]
-STATUSES: tuple[str, ...] = ("ok", "rejected", "illegal", "failed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +148,6 @@ class Searcher(abc.ABC):
         """Release resources (threads, sessions); idempotent."""
 
 
-SearcherFactory = Callable[..., Searcher]
 _REGISTRY: dict[str, type[Searcher]] = {}
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
 from searchers.base import Candidate, Searcher, TrialResult, register
@@ -188,10 +187,3 @@ class GPSearch(_OptunaSearcher):
             return super().suggest()
         finally:
             torch.set_num_threads(threads)
-
-
-def searcher_options(name: str) -> Mapping[str, Any]:
-    """Documented options per built-in searcher (for error messages and the docs)."""
-    return {"random": {}, "grid": {}, "tpe": {"n_startup_trials": 10}, "gp": {"n_startup_trials": 10},
-            "seed_llm": {"max_seed": 12, "rounds": 4, "per_round": 25, "patience": 5, "llm": None,
-                         "extra_guidance": ""}}.get(name, {})

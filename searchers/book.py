@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from searchers.base import Candidate, TrialResult
+from oracle.units import GIB
 from searchers.ledger import Ledger, LedgerError, now_utc
 
-GIB = 2**30
 COUNTED = frozenset({"ok", "rejected", "failed"})
 
 

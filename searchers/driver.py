@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oracle.units import GIB
 from searchers.base import make_searcher
 from searchers.book import TrialBook
 from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_result,
@@ -38,7 +39,8 @@ WITHIN = 0.02
 
 @dataclass(frozen=True, kw_only=True)
 class SearchResult:
-    """Outcome of one search run."""
+    """Outcome of one search run, whichever driver ran it (``run_search`` here, Ray Tune trials in
+    ``raytune_primus.tuner.run_tune``); :meth:`summary` is what ``summary.json`` holds."""
 
     experiment: str
     searcher: str
@@ -68,9 +70,43 @@ class SearchResult:
     'llm:openai/x': 3, 'cross-axis (offline)': 15}."""
     budget_spent: bool = False
     """Whether the whole budget was used (False: the searcher or the space ran out first)."""
+    driver: str = "inprocess"
+    """'inprocess' (a plain loop) or 'ray' (Ray Tune trials on oracle actors)."""
+    tune: Any = None
+    """The Ray driver's own record (``raytune_primus.tuner.TuneRecord``: Tune trials, errors, retries,
+    where Tune's state lives); None in process."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def winner(self) -> dict[str, Any] | None:
+        """The best fitting trial: tokens/s/GPU, config key, peak memory and training values."""
+        if self.best_training is None:
+            return None
+        return {"tokens_per_s_per_gpu": self.best_tokens_per_s_per_gpu, "key": self.best_key,
+                "memory_gib": self.best_memory_gib, "config": dict(self.best_training)}
+
+    def summary(self) -> dict[str, Any]:
+        """``summary.json``'s search part: the same keys whichever driver ran it (``tune`` is None and
+        ``tune_trials``/``errored``/``retries`` are 0 in process)."""
+        tune = asdict(self.tune) if self.tune is not None else None
+        return {
+            "driver": self.driver, "experiment": self.experiment, "searcher": self.searcher, "seed": self.seed,
+            "proposer": self.proposer, "budget": self.budget, "oracle_mode": self.oracle_mode,
+            "trials_run": self.trials, "resumed": self.resumed, "rejected": self.prefilter_rejections,
+            "illegal": self.illegal, "failed": self.failed, "repeats": self.repeats,
+            "tune_trials": tune["tune_trials"] if tune else 0, "errored": tune["errored"] if tune else 0,
+            "retries": tune["retries"] if tune else 0, "proposer_trials": dict(self.proposer_trials),
+            "budget_spent": self.budget_spent, "proposer_stats": dict(self.proposer_stats),
+            "best_so_far": list(self.best_so_far), "winner": self.winner, "search_wall_s": self.wall_s,
+            "tune": tune}
+
+
+def searcher_stats(searcher: Any) -> dict[str, Any]:
+    """A searcher's own counters (``stats()``, e.g. the LLM proposer's rounds), {} when it keeps none."""
+    stats_fn = getattr(searcher, "stats", None)
+    return dict(stats_fn()) if callable(stats_fn) else {}
 
 
 def default_evaluator(mode: str) -> Evaluator:
@@ -123,16 +159,15 @@ def run_search(experiment: Experiment | str | Path, searcher_name: str | None = 
         if ledger is not None:
             ledger.close()
     best = book.best
-    stats_fn = getattr(inner, "stats", None)
     return SearchResult(
         experiment=exp.name, searcher=name, seed=seed, proposer=gate.proposer, budget=budget, trials=book.used,
         resumed=book.resumed, best_tokens_per_s_per_gpu=best.value if best else None,
         best_training=dict(best.training) if best and best.training else None, best_key=best.key if best else "",
-        best_memory_gib=best.peak_bytes / 2**30 if best and best.peak_bytes else None,
+        best_memory_gib=best.peak_bytes / GIB if best and best.peak_bytes else None,
         best_so_far=book.best_so_far(), prefilter_rejections=book.count("rejected"),
         illegal=book.count("illegal"), failed=book.count("failed"), repeats=gate.repeats,
         oracle_mode=evaluator.mode, ledger_path=str(ledger_path) if ledger_path is not None else None,
-        wall_s=time.perf_counter() - t0, proposer_stats=dict(stats_fn()) if callable(stats_fn) else {},
+        wall_s=time.perf_counter() - t0, proposer_stats=searcher_stats(inner),
         proposer_trials=book.proposer_trials(), budget_spent=book.budget_spent)
 
 

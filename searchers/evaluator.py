@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from oracle.config import RunConfig
+from oracle.units import GIB
 from searchers.base import TrialResult
-
-GIB = 2**30
 
 
 @runtime_checkable

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from searchers.base import Candidate, TrialResult
+from oracle.units import GIB
 from searchers.space import SearchSpace
-
-GIB = 2**30
 
 
 @dataclass(slots=True)

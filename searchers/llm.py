@@ -51,6 +51,7 @@ from typing import Any
 
 from oracle.errors import InvalidConfigError
 from oracle.schema import unknown_key_problems
+from oracle.units import GIB
 from searchers.base import Candidate, SearchContext, TrialResult
 from searchers.crossaxis import CrossAxisProposer, RoundControl
 from searchers.history import History
@@ -58,7 +59,6 @@ from searchers.ledger import register_secret, scrub
 from searchers.space import SearchSpace
 
 log = logging.getLogger(__name__)
-GIB = 2**30
 _LLM_KEYS = ["model", "api_base", "api_key_env", "timeout_s", "max_tokens", "temperature", "engine",
              "num_retries", "max_iters", "prompt_tokens"]
 CHARS_PER_TOKEN = 3.0

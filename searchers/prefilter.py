@@ -19,9 +19,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from oracle.units import GIB
 from searchers.base import Candidate, Searcher, TrialResult
 from searchers.book import TrialBook
-from searchers.evaluator import GIB, Evaluator, memory_result
+from searchers.evaluator import Evaluator, memory_result
 from searchers.ledger import now_utc
 
 

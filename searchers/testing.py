@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from oracle.config import RunConfig
 from oracle.pipeline.schedules import get_schedule
-
-GIB = 2**30
+from oracle.units import GIB
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ import yaml
 
 from hardware import PROFILE_DIR
 from oracle.errors import HardwareProfileError, InvalidConfigError, UnknownComponentError
-from oracle.hardware import GB, GIB, Efficiency, HardwareProfile, bundled_hardware, load_hardware
+from oracle.hardware import Efficiency, HardwareProfile, bundled_hardware, load_hardware
+from oracle.units import GB, GIB
 
 REQUIRED = {"mi300x", "mi325x", "mi355x", "a100-80gb", "h100-sxm", "h200-sxm", "b200", "b300",
             "gb200-nvl72", "gb300-nvl72", "cpu-host"}

@@ -18,7 +18,7 @@ import pytest
 from oracle.config import RunConfig
 from oracle.memory import in_flight_microbatches, layer_activation_bytes, module_tree, project_memory
 from oracle.model_card import load_model
-from oracle.results import GIB
+from oracle.units import GIB
 
 
 def make(model, num_gpus: int, **training) -> RunConfig:

@@ -61,10 +61,10 @@ def test_one_trial_per_device_shared_cache_and_placement(cluster, small, tmp_pat
     timer = FakeTimer()
     out = run_tune(small, tmp_path, searcher="random", budget=12, seed=2, timer=timer, benchmark_gpus=1,
                    max_concurrent=4, progress=False)
-    assert out.max_concurrent == 2, "concurrency is capped at the number of devices"
-    assert out.scorers["exclusive"] and out.scorers["scorers"] == 2 and out.scorers["max_busy"] <= 2
+    assert out.tune.max_concurrent == 2, "concurrency is capped at the number of devices"
+    assert out.tune.scorers["exclusive"] and out.tune.scorers["scorers"] == 2 and out.tune.scorers["max_busy"] <= 2
 
-    trials = [t.last_result for t in ExperimentAnalysis(out.experiment_path).trials]
+    trials = [t.last_result for t in ExperimentAnalysis(out.tune.experiment_path).trials]
     assert trials and all(r["worker_gpus"] for r in trials)
     # placement: every device scorer sits on a GPU node, one per node
     devices = {(r["worker_node"], r["worker_gpus"]) for r in trials}
@@ -80,7 +80,7 @@ def test_one_trial_per_device_shared_cache_and_placement(cluster, small, tmp_pat
     # the cache: every shape the scored trials needed was measured exactly once, across both devices
     runs = [build_run(small.space.baseline, json.loads(r["training_json"])) for r in trials]
     needed = {s for run in runs for s in timer.shapes(run)}
-    cache = out.timing_cache
+    cache = out.tune.timing_cache
     assert set(cache["measurements"]) == needed
     assert all(n == 1 for n in cache["measurements"].values()) and cache["repeats"] == 0
     assert cache["hits"] > 0, "later trials found shapes measured by earlier ones"

@@ -98,14 +98,14 @@ def test_killed_driver_resumes_with_tuner_restore_losing_and_repeating_nothing(c
 
     out = run_tune(small_experiment(), tmp_path / "res", searcher="random", budget=budget, seed=5,
                    evaluator=SmallCapEvaluator(), max_concurrent=2, progress=False)
-    assert out.restored and out.resumed == len(before)
-    print("restore:", len(before), "before the kill;", out.to_dict()["scorers"], "tune trials", out.tune_trials)
+    assert out.tune.restored and out.resumed == len(before)
+    print("restore:", len(before), "before the kill;", out.tune.scorers, "tune trials", out.tune.tune_trials)
     after = _counted(tmp_path / "res" / "ledger.parquet")
     assert after[:len(before)] == before, "rows written before the kill are kept as they were"
     assert sorted(r["trial_index"] for r in after) == list(range(budget)), "nothing lost, nothing counted twice"
     assert len({r["config_key"] for r in after}) == budget, "no configuration scored twice"
     # Tune's state and the ledger agree: every scored trial is a finished Tune trial, once
-    assert _tune_keys(out.experiment_path) == sorted(r["config_key"] for r in after if r["status"] != "rejected")
+    assert _tune_keys(out.tune.experiment_path) == sorted(r["config_key"] for r in after if r["status"] != "rejected")
     # and the resumed run tried what an uninterrupted in-process run tries (random is not adaptive)
     from searchers.driver import run_search
     ref = run_search(small_experiment(), "random", budget, 5, tmp_path / "ref.parquet", evaluator=SmallCapEvaluator())
@@ -164,5 +164,96 @@ def test_a_node_lost_mid_experiment_loses_no_trial(cluster, tmp_path):
     assert sorted(r["trial_index"] for r in counted) == list(range(10))
     failed = [r["reason"] for r in counted if r["status"] == "failed"]
     assert not failed, f"the lost node's work was redone elsewhere: {failed}"
-    assert out.scorers["dropped"] == 1, out.scorers  # its scorer was dropped, the request served by another
-    assert _tune_keys(out.experiment_path) == sorted(r["config_key"] for r in counted if r["status"] != "rejected")
+    assert out.tune.scorers["dropped"] == 1, out.tune.scorers  # its scorer was dropped, the request served by another
+    assert _tune_keys(out.tune.experiment_path) == sorted(r["config_key"] for r in counted if r["status"] != "rejected")
+
+
+# ---------------------------------------------------------------------------------- actors killed mid-batch
+class DiesOnce(SmallCapEvaluator):
+    """Kills the process it scores in (an oracle actor) at its ``nth`` scoring, once per marker file."""
+
+    def __init__(self, marker: Path, nth: int = 3, only_in: str | None = None, **kw) -> None:
+        super().__init__(**kw)
+        self.marker, self.nth, self.only_in, self.calls = str(marker), nth, only_in, 0
+
+    def _armed(self) -> bool:
+        if self.only_in is None:
+            return True
+        f = sys._getframe()
+        while f is not None:  # only inside a search (not the comparison's exhaustive sweep)
+            if f.f_code.co_name == self.only_in:
+                return True
+            f = f.f_back
+        return False
+
+    def score(self, run):
+        if self._armed():
+            self.calls += 1
+            if self.calls == self.nth and not os.path.exists(self.marker):
+                Path(self.marker).write_text(str(os.getpid()))
+                os._exit(1)  # the actor's process dies in the middle of its batch
+        return super().score(run)
+
+
+class Poison(SmallCapEvaluator):
+    """Kills every process that scores one particular configuration."""
+
+    def __init__(self, key: str, **kw) -> None:
+        super().__init__(**kw)
+        self.key = key
+
+    def score(self, run):
+        if run.key() == self.key:
+            os._exit(1)
+        return super().score(run)
+
+
+def test_an_actor_killed_mid_batch_loses_no_candidate(cluster, small, tmp_path):
+    from raytune_primus.pool import ScoringPool, score_in_process
+
+    points = [dict(zip(small.space.axes, p)) for p in small.space.points]
+    ev = DiesOnce(tmp_path / "died", nth=3, cap_bytes=64 * 2**30)
+    ref = score_in_process(SmallCapEvaluator(cap_bytes=64 * 2**30), small.space.baseline, points, prefilter=True)
+    with ScoringPool(ev, small.space.baseline, num_actors=2, batch_size=8) as pool:
+        got = pool.evaluate(points)
+        stats = (pool.dropped, pool.replaced, pool.retried, len(pool.actors), pool.failures)
+    assert (tmp_path / "died").exists(), "an actor did die mid-batch"
+    assert stats == (1, 1, 1, 2, []), stats  # dropped, replaced, its batch re-run, the pool back to 2
+    assert got == ref, "every candidate scored, in order, as in-process"
+
+
+def test_a_candidate_that_kills_every_actor_is_recorded_failed_with_the_reason(cluster, small):
+    from raytune_primus.pool import ScoringPool, score_in_process
+
+    points = [dict(zip(small.space.axes, p)) for p in small.space.points][:24]
+    base = SmallCapEvaluator(cap_bytes=64 * 2**30)
+    ref = score_in_process(base, small.space.baseline, points, prefilter=True)
+    bad = ref[5].key
+    with ScoringPool(Poison(bad, cap_bytes=64 * 2**30), small.space.baseline, num_actors=2, batch_size=6,
+                     max_retries=1) as pool:
+        got = pool.evaluate(points)
+        failures = list(pool.failures)
+    assert got[5].status == "failed" and got[5].key == bad and got[5].training == ref[5].training
+    assert "the oracle actor scoring it died 2 times" in got[5].reason and "given up after 1 retries" in got[5].reason
+    assert got[:5] + got[6:] == ref[:5] + ref[6:], "every other candidate scored normally"
+    assert len(failures) == 1
+
+
+def test_compare_with_an_actor_killed_mid_search_equals_the_uninterrupted_compare(cluster, small, tmp_path):
+    from raytune_primus.tuner import compare_on_ray
+    from searchers.driver import compare
+    from searchers.ledger import read_rows
+
+    kw = {"budget": 8, "seeds": [0, 1], "searchers": ["random", "tpe"]}
+    ref = compare(small, evaluator=SmallCapEvaluator(), ledger_path=tmp_path / "ref.parquet", **kw)
+    ev = DiesOnce(tmp_path / "died", nth=4, only_in="run_search")
+    got = compare_on_ray(small, evaluator=ev, ledger_path=tmp_path / "ray.parquet", num_actors=2, **kw)
+    assert (tmp_path / "died").exists(), "a search's actor did die mid-search"
+
+    def trials(path):
+        return sorted((r["run_id"], r["config_key"], r["status"], r["tokens_per_s_per_gpu"])
+                      for r in read_rows(path) if r["trial_index"] is not None and r["trial_index"] >= 0)
+
+    assert trials(tmp_path / "ray.parquet") == trials(tmp_path / "ref.parquet"), "nothing lost or scored twice"
+    assert [(s["searcher"], s["final_regret"]) for s in got["searchers"]] == \
+        [(s["searcher"], s["final_regret"]) for s in ref["searchers"]]

@@ -116,7 +116,7 @@ def test_tune_on_ray_through_the_cli(cluster, tmp_path, capsys):
                            "--address", cluster.address, "--format", "json"], capsys)
     assert code == 0, err
     s = json.loads(out)
-    assert s["restored"] and s["resumed"] == 4 and s["tune_trials"] == 4 and s["trials_run"] == 4
+    assert s["tune"]["restored"] and s["resumed"] == 4 and s["tune_trials"] == 4 and s["trials_run"] == 4
     # another search into the same directory is refused with a one-line reason
     code, out, err = _cli(["tune", "tiny-moe-h100-8", "--budget", "5", "--results", str(tmp_path),
                            "--address", cluster.address], capsys)

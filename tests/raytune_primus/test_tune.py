@@ -50,14 +50,20 @@ def test_tune_proposes_scores_and_records_what_the_inprocess_driver_does(cluster
     ev = SmallCapEvaluator()
     ref = run_search(small, "seed_llm", 14, 0, tmp_path / "inproc.parquet", evaluator=ev)
     out = run_tune(small, tmp_path / "ray", searcher="seed_llm", budget=14, seed=0, evaluator=ev, progress=False)
-    assert out.trials_run == ref.trials == 14
-    assert out.rejected == ref.prefilter_rejections > 0
+    assert type(out) is type(ref) and (out.driver, ref.driver) == ("ray", "inprocess")
+    assert out.trials == ref.trials == 14
+    assert out.prefilter_rejections == ref.prefilter_rejections > 0
     assert out.best_so_far == ref.best_so_far
-    assert out.winner["tokens_per_s_per_gpu"] == ref.best_tokens_per_s_per_gpu
+    assert out.winner == ref.winner and out.winner["tokens_per_s_per_gpu"] == ref.best_tokens_per_s_per_gpu
     assert _rows(tmp_path / "ray" / "ledger.parquet") == _rows(tmp_path / "inproc.parquet")
+    # the summary has the same keys and, but for the driver's own record, the same values
+    s_ray, s_in = out.summary(), ref.summary()
+    assert s_ray.keys() == s_in.keys()
+    differ = {k for k in s_ray if s_ray[k] != s_in[k]}
+    assert differ <= {"driver", "tune", "tune_trials", "search_wall_s", "proposer_stats"}, differ
     # pre-filter rejections never became Tune trials; everything else did, once
-    assert out.tune_trials == out.trials_run - out.rejected
-    assert out.errored == 0 and out.retries == 0
+    assert out.tune.tune_trials == out.trials - out.prefilter_rejections
+    assert out.tune.errored == 0 and out.tune.retries == 0 and ref.tune is None
 
 
 def test_concurrent_trials_spend_exactly_the_budget_and_agree_with_tune(cluster, small, tmp_path):
@@ -68,16 +74,16 @@ def test_concurrent_trials_spend_exactly_the_budget_and_agree_with_tune(cluster,
     out = run_tune(small, tmp_path, searcher="random", budget=10, seed=3, evaluator=SmallCapEvaluator(),
                    max_concurrent=3, progress=True)
     counted = _counted(tmp_path / "ledger.parquet")
-    assert len(counted) == out.trials_run == 10
+    assert len(counted) == out.trials == 10
     assert sorted(r["trial_index"] for r in counted) == list(range(10))
     assert len({r["config_key"] for r in counted}) == 10, "no configuration scored twice"
-    ea = ExperimentAnalysis(out.experiment_path)
+    ea = ExperimentAnalysis(out.tune.experiment_path)
     tune_keys = sorted(t.last_result["config_key"] for t in ea.trials)
     ledger_keys = sorted(r["config_key"] for r in counted if r["status"] != "rejected")
     assert tune_keys == ledger_keys
-    assert out.scorers["max_busy"] <= 3
-    assert out.progress and "rejected by pre-filter" in out.progress[-1]
-    assert out.progress[-1].startswith("[10/10]")
+    assert out.tune.scorers["max_busy"] <= 3
+    assert out.tune.progress and "rejected by pre-filter" in out.tune.progress[-1]
+    assert out.tune.progress[-1].startswith("[10/10]")
 
 
 def test_a_crashed_trial_is_retried_and_the_retry_recorded(cluster, small, tmp_path):
@@ -87,7 +93,7 @@ def test_a_crashed_trial_is_retried_and_the_retry_recorded(cluster, small, tmp_p
     out = run_tune(small, tmp_path / "run", searcher="random", budget=4, seed=1, evaluator=no_rejections,
                    max_failures=2, hook=KillOnce(tmp_path / "marks", nth=2), progress=False)
     assert (tmp_path / "marks" / "killed").exists()
-    assert out.retries == 1 and out.errored == 0
+    assert out.tune.retries == 1 and out.tune.errored == 0
     rows = _rows(tmp_path / "run" / "ledger.parquet")
     retried = [r for r in rows if r["status"] == "retried"]
     assert len(retried) == 1 and retried[0]["trial_index"] == -1
