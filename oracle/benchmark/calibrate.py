@@ -119,9 +119,11 @@ def measure_links(world: int, threads: int = 1, cuda: bool = False) -> dict[str,
             "points": [{"bytes": r[0], "p2p_median_s": r[1], "p2p_min_s": r[3], "all_reduce_s": r[2]} for r in rows]}
 
 
-def calibrate(*, base: str, name: str, world: int = 1, threads: int | None = None) -> tuple[dict[str, Any], dict]:
-    """(profile mapping in the YAML format of oracle.hardware, raw measurements)."""
-    dev = default_device()
+def calibrate(*, base: str, name: str, world: int = 1, threads: int | None = None, device: str | None = None
+              ) -> tuple[dict[str, Any], dict]:
+    """(profile mapping in the YAML format of oracle.hardware, raw measurements); ``device`` 'cpu' forces the CPU
+    on a machine that also has GPUs."""
+    dev = torch.device(device) if device else default_device()
     cpu = dev.type == "cpu"
     if cpu and threads:
         torch.set_num_threads(threads)

@@ -67,7 +67,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
 
         from oracle.benchmark.calibrate import calibrate
         log("calibrating a 1-core-per-device profile of this machine (kernels, gloo link between 2 processes) ...")
-        data, raw = calibrate(base="cpu-host", name="cpu-core", world=2, threads=1)
+        data, raw = calibrate(base="cpu-host", name="cpu-core", world=2, threads=1, device="cpu")
         path = work / "cpu-core.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         profile = str(path)
@@ -85,7 +85,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         try:
             src = BenchmarkSource(benchmark_gpus=1, bencher_options={
                 "cache_dir": cache_dir, "use_cache": use_cache and rnd == 0, "repeats": repeats, "warmup": 3,
-                "stat": stat})
+                "stat": stat, "device": "cpu"})
             log(f"round {rnd + 1}/{rounds}: benchmarking the layer types in this one process (1 thread) ...")
             for run in runs:
                 for spec in src.specs(run).values():
