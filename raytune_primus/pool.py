@@ -13,10 +13,20 @@ Results are exactly what the in-process path computes (the same ``memory_result`
     with ScoringPool(OracleEvaluator(), space.baseline) as pool:
         results = pool.evaluate(list(space.iter_points()))      # pre-filter, then score
         best = pool.optimum(space)                              # the exhaustive optimum
+
+Faults (issue 13): an actor that dies in the middle of a batch (its process killed, its node lost)
+is dropped and replaced by a fresh one (up to ``max_replacements``), and its batch goes back in the
+queue: the first time whole, then cut in halves, so a candidate that kills every actor that scores it
+ends up alone and, after ``max_retries`` more deaths, is returned as a ``failed`` result with the
+reason; every other candidate is scored normally. ``map`` retries a whole call the same way (a
+search of a comparison resumes from its own ledger). A call that has not answered after
+``call_timeout_s`` counts as a death too (its actor is killed), so no batch can hang the pool.
 """
 from __future__ import annotations
 
+import collections
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +34,9 @@ from oracle.config import RunConfig
 from searchers.base import TrialResult
 
 DEFAULT_BATCH = 500
+DEFAULT_CALL_TIMEOUT_S = 3600.0
+"""Longest one actor call may take before its actor is taken for hung (a batch of 500 simulate-mode
+projections takes about a second; a whole search of a comparison, minutes)."""
 
 
 def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
@@ -32,11 +45,17 @@ def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+class PoolError(RuntimeError):
+    """A pool call could not be completed on any actor (every retry and replacement spent)."""
+
+
 class ScoringPool:
     """Scorer actors over the cluster, fed in batches (see the module doc). Use as a context manager."""
 
     def __init__(self, evaluator: Any, baseline: RunConfig, *, num_actors: int | None = None,
-                 batch_size: int = DEFAULT_BATCH, num_cpus: float = 0, strategy: str = "SPREAD") -> None:
+                 batch_size: int = DEFAULT_BATCH, num_cpus: float = 0, strategy: str = "SPREAD",
+                 max_retries: int = 2, max_replacements: int | None = None,
+                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
         from raytune_primus.actors import start_scorers
         from raytune_primus.runtime import cluster_cpus
 
@@ -44,8 +63,22 @@ class ScoringPool:
         self.batch_size = max(1, int(batch_size))
         self.num_actors = int(num_actors) if num_actors else cluster_cpus()
         """Actors in the pool (default: one per logical CPU of the cluster)."""
+        self.num_cpus, self.strategy = num_cpus, strategy
+        self.max_retries = max(0, int(max_retries))
+        """Re-runs of a single candidate (or ``map`` item) after the actor scoring it died."""
+        self.max_replacements = (max(8, 2 * self.num_actors) if max_replacements is None
+                                 else max(0, int(max_replacements)))
+        """Fresh actors started, over the pool's life, in place of dead ones."""
+        self.call_timeout_s = float(call_timeout_s)
         self.actors = start_scorers(evaluator, baseline, self.num_actors, num_cpus=num_cpus, strategy=strategy)
         self.calls = 0
+        self.dropped = 0
+        """Actors found dead (or hung) and dropped."""
+        self.replaced = 0
+        self.retried = 0
+        """Work items put back in the queue after their actor died."""
+        self.failures: list[str] = []
+        """One line per item given up on (its actor died ``max_retries`` + 1 times)."""
 
     # ------------------------------------------------------------------ generic
     def batch_for(self, n: int) -> int:
@@ -53,22 +86,128 @@ class ScoringPool:
         actor gets at least two batches (a single big batch would leave the others idle)."""
         return max(1, min(self.batch_size, math.ceil(n / (2 * len(self.actors) or 1))))
 
-    def _map(self, method: str, batches: Sequence[Any], *extra: Any) -> list[Any]:
-        from ray.util import ActorPool
+    def _replace(self, dead: Any) -> Any | None:
+        """Drop ``dead``; start a fresh actor in its place while replacements are left (None otherwise)."""
+        from raytune_primus.actors import kill_all, start_scorers
 
-        pool = ActorPool(list(self.actors))
-        self.calls += len(batches)
-        return list(pool.map(lambda a, b: getattr(a, method).remote(b, *extra), list(batches)))
+        kill_all(dead)
+        self.actors = [a for a in self.actors if a is not dead]
+        self.dropped += 1
+        if self.replaced >= self.max_replacements:
+            return None
+        try:
+            (fresh,) = start_scorers(self.evaluator, self.baseline, 1, num_cpus=self.num_cpus,
+                                     strategy=self.strategy)
+        except Exception:  # no node can take it: carry on with the survivors
+            return None
+        self.replaced += 1
+        self.actors.append(fresh)
+        return fresh
+
+    def _dispatch(self, submit: Callable[[Any, Any], Any], items: list[Any], *, splittable: bool,
+                  on_failure: Callable[[Any, str], Any]) -> list[Any]:
+        """Run ``submit(actor, item)`` for every item on the live actors; results in input order.
+
+        An item whose actor dies is queued again (whole once, then - ``splittable`` sequences - cut in
+        halves); one that cannot be cut and has seen ``max_retries`` + 1 deaths becomes
+        ``on_failure(item, reason)`` (a list of results for a sequence, one result otherwise).
+        """
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        # work: (offset into the output, item, deaths seen); results keyed by offset
+        queue: collections.deque[tuple[int, Any, int]] = collections.deque()
+        offset = 0
+        for item in items:
+            queue.append((offset, item, 0))
+            offset += len(item) if splittable else 1
+        out: dict[int, Any] = {}
+        idle = list(self.actors)
+        running: dict[Any, tuple[int, Any, int, Any, float]] = {}
+        while queue or running:
+            while queue and idle:
+                off, item, deaths = queue.popleft()
+                actor = idle.pop()
+                self.calls += 1
+                running[submit(actor, item)] = (off, item, deaths, actor, time.monotonic())
+            if not running:  # work left, no actor left
+                for off, item, _ in queue:
+                    out[off] = on_failure(item, "no live oracle actor is left to score it")
+                queue.clear()
+                break
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            now = time.monotonic()
+            hung = [r for r, v in running.items() if r not in ready and now - v[4] > self.call_timeout_s]
+            for ref in ready + hung:
+                off, item, deaths, actor, _ = running.pop(ref)
+                try:
+                    if ref in hung:
+                        raise GetTimeoutError(f"no answer in {self.call_timeout_s:g} s")
+                    out[off] = ray.get(ref)
+                    idle.append(actor)
+                    continue
+                except (RayActorError, GetTimeoutError) as exc:
+                    why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+                fresh = self._replace(actor)
+                if fresh is not None:
+                    idle.append(fresh)
+                # the other actors handed out before may have died with it (a lost node): they are
+                # found out when their own calls fail, and replaced then
+                self.retried += 1
+                if splittable and deaths >= 1 and len(item) > 1:
+                    half = len(item) // 2
+                    queue.extend([(off, item[:half], deaths), (off + half, item[half:], deaths)])
+                elif deaths < self.max_retries:
+                    queue.append((off, item, deaths + 1))
+                else:
+                    reason = (f"the oracle actor scoring it died {deaths + 1} times (last: {why}); "
+                              f"given up after {self.max_retries} retries")
+                    self.failures.append(reason)
+                    out[off] = on_failure(item, reason)
+        result: list[Any] = []
+        for off in sorted(out):
+            part = out[off]
+            if splittable:
+                result.extend(part)
+            else:
+                result.append(part)
+        return result
+
+    def _failed_dicts(self, candidates: Sequence[Mapping[str, Any]], reason: str) -> list[dict[str, Any]]:
+        from raytune_primus.trainable import build_run, result_to_dict
+
+        out = []
+        for values in candidates:
+            key, training = "", None
+            try:
+                run = build_run(self.baseline, values)
+                key, training = run.key(), run.to_dict()["training"]
+            except Exception:
+                pass
+            out.append(result_to_dict(TrialResult(status="failed", key=key, training=training, reason=reason)))
+        return out
+
+    def _map(self, method: str, batches: Sequence[Any], *extra: Any) -> list[Any]:
+        """``method`` over ``batches`` (sequences of candidates): one list of result dicts per batch."""
+        flat = self._dispatch(lambda a, b: getattr(a, method).remote(list(b), *extra), list(batches),
+                              splittable=True, on_failure=self._failed_dicts)
+        # back to one list per batch, as the callers expect
+        out, i = [], 0
+        for b in batches:
+            out.append(flat[i:i + len(b)])
+            i += len(b)
+        return out
 
     def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
         """``[fn(item) for item in items]`` with every call on some pool actor (in input order);
-        ``fn`` must be picklable. Used for whole searches of a multi-seed comparison."""
-        from ray.util import ActorPool
+        ``fn`` must be picklable. Used for whole searches of a multi-seed comparison: a call whose
+        actor dies is run again on another (a search resumes from its ledger); PoolError when one
+        cannot be completed."""
+        def give_up(item: Any, reason: str) -> Any:
+            raise PoolError(f"{getattr(fn, '__name__', 'call')}: {reason}")
 
-        items = list(items)
-        pool = ActorPool(list(self.actors))
-        self.calls += len(items)
-        return list(pool.map(lambda a, x: a.call.remote(fn, x), items))
+        return self._dispatch(lambda a, x: a.call.remote(fn, x), list(items), splittable=False,
+                              on_failure=give_up)
 
     # ------------------------------------------------------------------ scoring
     def score(self, candidates: Sequence[Mapping[str, Any]], *, prefilter: bool = False) -> list[TrialResult]:

@@ -218,7 +218,8 @@ def test_an_actor_killed_mid_batch_loses_no_candidate(cluster, small, tmp_path):
         got = pool.evaluate(points)
         stats = (pool.dropped, pool.replaced, pool.retried, len(pool.actors), pool.failures)
     assert (tmp_path / "died").exists(), "an actor did die mid-batch"
-    assert stats == (1, 1, 1, 2, []), stats  # dropped, replaced, its batch re-run, the pool back to 2
+    dropped, replaced, retried, actors, failures = stats
+    assert dropped == replaced == retried >= 1 and actors == 2 and failures == [], stats  # replaced, re-run
     assert got == ref, "every candidate scored, in order, as in-process"
 
 
@@ -239,10 +240,14 @@ def test_a_candidate_that_kills_every_actor_is_recorded_failed_with_the_reason(c
     assert len(failures) == 1
 
 
-def test_compare_with_an_actor_killed_mid_search_equals_the_uninterrupted_compare(cluster, small, tmp_path):
+def test_compare_with_an_actor_killed_mid_search_equals_the_uninterrupted_compare(cluster, small, tmp_path,
+                                                                                 monkeypatch):
     from raytune_primus.tuner import compare_on_ray
+    from searchers import driver
     from searchers.driver import compare
     from searchers.ledger import read_rows
+
+    monkeypatch.setattr(driver, "_OPTIMA", {})  # no optimum memoised for another test's oracle
 
     kw = {"budget": 8, "seeds": [0, 1], "searchers": ["random", "tpe"]}
     ref = compare(small, evaluator=SmallCapEvaluator(), ledger_path=tmp_path / "ref.parquet", **kw)
@@ -255,5 +260,5 @@ def test_compare_with_an_actor_killed_mid_search_equals_the_uninterrupted_compar
                       for r in read_rows(path) if r["trial_index"] is not None and r["trial_index"] >= 0)
 
     assert trials(tmp_path / "ray.parquet") == trials(tmp_path / "ref.parquet"), "nothing lost or scored twice"
-    assert [(s["searcher"], s["final_regret"]) for s in got["searchers"]] == \
-        [(s["searcher"], s["final_regret"]) for s in ref["searchers"]]
+    assert {n: v["regrets"] for n, v in got["searchers"].items()} == \
+        {n: v["regrets"] for n, v in ref["searchers"].items()}
