@@ -51,9 +51,24 @@ class _Reader:
                              f"{keys[0]!r}{alias}")
         return None
 
-    def opt(self, key: str, default: Any = None) -> Any:
+    def opt(self, key: str, default: Any = None, *, minimum: float | None = None) -> Any:
+        """``key``'s value, or ``default`` when absent; a value of another kind than a numeric or list
+        default (or below ``minimum``) is a problem naming it, and ``default`` stands in."""
         v = self.data.get(key, _MISSING)
-        return default if v is _MISSING or v is None else v
+        if v is _MISSING or v is None:
+            return default
+        where = f"config.json (model_type {self.model_type!r}): {key}={clip(repr(v), 80)}"
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and (
+                isinstance(v, bool) or not isinstance(v, (int, float))):
+            self.problems.append(f"{where} must be a number")
+            return default
+        if isinstance(default, list) and not isinstance(v, list):
+            self.problems.append(f"{where} must be a list")
+            return default
+        if minimum is not None and isinstance(v, (int, float)) and not v >= minimum:  # NaN too
+            self.problems.append(f"{where} must be >= {minimum:g}")
+            return default
+        return v
 
     def act(self, gated: bool) -> str | None:
         raw = self.opt("hidden_act", self.opt("activation_function", "silu" if gated else "gelu"))
@@ -187,8 +202,13 @@ def _qwen_moe(r: _Reader) -> dict[str, Any]:
     """qwen2_moe, qwen3_moe: MoE where (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers."""
     card = _attention_shape(r)
     n = card["num_layers"]
-    step = r.opt("decoder_sparse_step", 1)
-    mlp_only = set(r.opt("mlp_only_layers", []))
+    step = r.opt("decoder_sparse_step", 1, minimum=1)
+    mlp_only = r.opt("mlp_only_layers", [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in mlp_only):
+        r.problems.append(f"config.json (model_type {r.model_type!r}): mlp_only_layers={clip(repr(mlp_only), 80)} "
+                          f"must list layer indices")
+        mlp_only = []
+    mlp_only = set(mlp_only)
     layout = _moe_layout(r, n, lambda i: i not in mlp_only and (i + 1) % step == 0)
     card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
                 num_experts=r.req("num_experts"), moe_topk=r.req("num_experts_per_tok"),
@@ -223,7 +243,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
     if not experts:
         card["ffn_hidden_size"] = r.req("intermediate_size")
         return card
-    first_k, freq = r.opt("first_k_dense_replace", 0), r.opt("moe_layer_freq", 1)
+    first_k, freq = r.opt("first_k_dense_replace", 0, minimum=0), r.opt("moe_layer_freq", 1, minimum=1)
     layout = _moe_layout(r, n, lambda i: i >= first_k and i % freq == 0)
     moe_ffn = r.req("moe_intermediate_size")
     card.update(num_experts=experts, moe_topk=r.req("num_experts_per_tok"), moe_ffn_hidden_size=moe_ffn,

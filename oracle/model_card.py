@@ -292,6 +292,8 @@ class ModelCard:
             if v is not None and v > limit:
                 p.append(f"{w}: {k}={v:,} is absurd: at most {limit:,} is accepted "
                          f"(about 100x the largest published model's)")
+            elif v is not None and v < 0:
+                p.append(f"{w}: {k}={v:,} must be >= 0")
         if p:
             return p
         for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):

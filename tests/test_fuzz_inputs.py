@@ -63,6 +63,9 @@ def _write(tmp_path, name, text):
     ("model: {name: big, num_layers: 1000000000, hidden_size: 64, num_attention_heads: 4, vocab_size: 100, "
      "ffn_hidden_size: 128}\ncluster: {hardware: h100-sxm, num_gpus: 8}\ntraining: {seq_len: 2048, gbs: 8}\n",
      "num_layers=1,000,000,000 is absurd"),
+    ("model: {name: neg, num_layers: 2, hidden_size: 64, num_attention_heads: 4, vocab_size: 100, "
+     "ffn_hidden_size: -100000000000000000000000000000000000000000}\ncluster: {hardware: h100-sxm, num_gpus: 8}\n"
+     "training: {seq_len: 2048, gbs: 8}\n", "ffn_hidden_size=-100,000"),
     ("model: llama3.1-8b\ncluster: {hardware: h100-sxm, num_gpus: 8}\ntraining: {seq_len: 2048, gbs: 8, "
      "precision: !!python/name:os.system }\n", "python/name"),
 ])
@@ -120,6 +123,13 @@ def test_a_short_csv_row_is_skipped_not_a_traceback():
     ({"architectures": "LlamaForCausalLM"}, "no 'model_type'"),
     ({"model_type": "llama", "hidden_act": ["silu"], "hidden_size": 64, "num_hidden_layers": 2,
       "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128}, "hidden_act=['silu']"),
+    ({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+      "vocab_size": 100, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+      "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 64,
+      "moe_layer_freq": "4.36.0"}, "moe_layer_freq='4.36.0' must be a number"),
+    ({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+      "vocab_size": 100, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "decoder_sparse_step": 0}, "decoder_sparse_step=0 must be >= 1"),
 ])
 def test_hf_configs_of_the_wrong_shape_are_named(tmp_path, doc, named):
     import json
