@@ -369,7 +369,8 @@ def start_scorers(evaluator: Any, baseline: RunConfig, count: int, *, num_cpus: 
     else:
         strategies = [strategy] * count
     actors = [cls.options(num_cpus=num_cpus, scheduling_strategy=st).remote(evaluator, baseline) for st in strategies]
-    ray.get([a.ping.remote() for a in actors])
+    from raytune_primus.runtime import wait_for_actors
+    wait_for_actors(actors, "oracle scorer actor(s)")
     return actors
 
 
@@ -393,7 +394,8 @@ def start_device_scorers(timer: LayerTimer, baseline: RunConfig, count: int, *, 
     cls = ray.remote(DeviceScorer)
     actors = [cls.options(num_cpus=0, num_gpus=gpus_per_scorer, scheduling_strategy="SPREAD")
               .remote(timer, baseline, cache, wait_s=wait_s) for _ in range(max(1, int(count)))]
-    ray.get([a.ping.remote() for a in actors])
+    from raytune_primus.runtime import wait_for_actors
+    wait_for_actors(actors, f"benchmark scorer actor(s) with {gpus_per_scorer:g} GPU(s) each")
     return actors, cache
 
 
@@ -414,7 +416,8 @@ def start_service(name: str, scorers: Sequence[Any], *, exclusive: bool) -> Any:
 
     svc = ray.remote(OracleService).options(name=name, namespace=NAMESPACE, num_cpus=0,
                                             scheduling_strategy=_on_this_node()).remote(scorers, exclusive=exclusive)
-    ray.get(svc.ping.remote())
+    from raytune_primus.runtime import wait_for_actors
+    wait_for_actors([svc], "oracle service actor")
     return svc
 
 

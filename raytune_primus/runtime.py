@@ -72,6 +72,32 @@ class RayConnectError(PrimusError):
     """An explicit Ray address did not answer within the bound (the CLI prints it, exit code 2)."""
 
 
+ACTOR_START_TIMEOUT_S = 300.0
+"""How long the oracle actors of a search may take to start (placed, imported, answering a ping)."""
+
+
+class ActorStartError(PrimusError):
+    """Actors could not be started within :data:`ACTOR_START_TIMEOUT_S` (the cluster cannot place them)."""
+
+
+def wait_for_actors(actors: Any, what: str, timeout_s: float = ACTOR_START_TIMEOUT_S) -> None:
+    """Block until every actor answers ``ping``; ActorStartError (they are killed) after ``timeout_s``."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    try:
+        ray.get([a.ping.remote() for a in actors], timeout=timeout_s)
+    except GetTimeoutError:
+        for a in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        gpus = sum(n["Resources"].get("GPU", 0) for n in nodes)
+        raise ActorStartError(f"{len(actors)} {what} did not start within {timeout_s:g} s (the cluster has "
+                              f"{len(nodes)} alive node(s), {cpus:g} CPUs, {gpus:g} GPUs); see `ray status`") from None
+
+
 def ray_environment(env: Mapping[str, str] | None = None, *, embedded: bool = True) -> dict[str, str]:
     """``env`` (default ``os.environ``) with :data:`EMBEDDED_ENV_DEFAULTS` (``embedded``, for processes
     that start or join a Ray on this machine: tests, scripts) or :data:`RAY_ENV_DEFAULTS` filled in."""

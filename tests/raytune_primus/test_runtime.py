@@ -171,3 +171,18 @@ def test_a_live_cluster_is_joined_through_the_probes(cluster, ray_tmpdir):
     assert p.returncode == 0, p.stderr[-3000:]
     import ray
     assert p.stdout.split()[-2:] == ["joined", str(len([n for n in ray.nodes() if n["Alive"]]))]
+
+
+@pytest.mark.ray
+def test_actors_that_cannot_be_placed_fail_within_the_bound(cluster):
+    """Actor start is bounded too: an actor no node can host is an error naming the cluster, not a hang."""
+    import ray
+
+    from raytune_primus.actors import Scorer
+    from raytune_primus.runtime import ActorStartError, wait_for_actors
+
+    a = ray.remote(Scorer).options(num_cpus=0, resources={"no_such_resource": 1}).remote(None, None)
+    with pytest.raises(ActorStartError) as e:
+        wait_for_actors([a], "oracle scorer actor(s)", timeout_s=2)
+    msg = str(e.value)
+    assert msg.startswith("1 oracle scorer actor(s) did not start within 2 s (the cluster has ") and "ray status" in msg
