@@ -94,6 +94,9 @@ def build_run(baseline: RunConfig, values: Mapping[str, Any]) -> RunConfig:
 
 
 _SERVICES: dict[str, Any] = {}
+TRIAL_TIMEOUT_S = 1800.0
+"""Longest a trial waits for the oracle's answer (a simulate-mode projection takes milliseconds, a
+benchmark-mode one the layer measurements it needs); past it the trial errors and Tune retries it."""
 
 
 def _service(name: str) -> Any:
@@ -122,7 +125,9 @@ def make_trainable(service_name: str, *, hook: Callable[[Mapping[str, Any]], Non
         if hook is not None:
             hook(config)
         try:
-            out = ray.get(_service(service_name).score.remote(training_of(config)))
+            out = ray.get(_service(service_name).score.remote(training_of(config)), timeout=TRIAL_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"the oracle did not answer this trial within {TRIAL_TIMEOUT_S:g} s") from None
         except ray.exceptions.RayActorError:
             _SERVICES.pop(service_name, None)  # a restored experiment has a new service of that name
             raise
