@@ -2,10 +2,12 @@
 
 A bare name that matches a bundled file wins over a same-named file in the working directory; a
 value with a suffix or a slash is a path. Parsed components are cached by key, and path loads by
-(resolved path, mtime), so editing a file during a session is picked up.
+(resolved path, mtime), so editing a file during a session is picked up; the cache keeps the
+:data:`CACHE_ENTRIES` most recently used (a long session loading many files stays bounded).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -18,6 +20,8 @@ MAX_NAME_CHARS = 255
 """Longest bundled name or file name (POSIX NAME_MAX); longer ones never reach the file system."""
 MAX_PATH_CHARS = 4096
 """Longest path (Linux PATH_MAX)."""
+CACHE_ENTRIES = 256
+"""Parsed components a registry keeps (least recently used dropped first)."""
 
 
 def check_name(kind: str, name_or_path: object) -> str:
@@ -46,7 +50,16 @@ class YamlRegistry(Generic[T]):
                  parse_path: Callable[[Path], T]) -> None:
         self.kind, self.directory = kind, directory
         self._parse_bundled, self._parse_path = parse_bundled, parse_path
-        self._cache: dict[object, T] = {}
+        self._cache: OrderedDict[object, T] = OrderedDict()
+
+    def _cached(self, key: object, parse: Callable[[], T]) -> T:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        value = self._cache[key] = parse()
+        while len(self._cache) > CACHE_ENTRIES:
+            self._cache.popitem(last=False)
+        return value
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.directory.glob("*.yaml"))
@@ -56,10 +69,7 @@ class YamlRegistry(Generic[T]):
         bundled = self.directory / f"{name_or_path}.yaml"
         is_path = "/" in name_or_path or Path(name_or_path).suffix.lower() in SUFFIXES
         if not is_path and _exists(bundled):
-            key: object = ("bundled", name_or_path)
-            if key not in self._cache:
-                self._cache[key] = self._parse_bundled(bundled, name_or_path)
-            return self._cache[key]
+            return self._cached(("bundled", name_or_path), lambda: self._parse_bundled(bundled, name_or_path))
         path = Path(name_or_path)
         if not is_path and not _exists(path):
             raise UnknownComponentError(self.kind, name_or_path, self.names())
@@ -67,9 +77,7 @@ class YamlRegistry(Generic[T]):
             key = ("path", str(path.resolve()), path.stat().st_mtime_ns)
         except (OSError, RuntimeError):  # missing or unreadable: the parser reports it with its own message
             return self._parse_path(path)
-        if key not in self._cache:
-            self._cache[key] = self._parse_path(path)
-        return self._cache[key]
+        return self._cached(key, lambda: self._parse_path(path))
 
 
 def _exists(path: Path) -> bool:

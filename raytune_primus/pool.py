@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from oracle.config import RunConfig
+from oracle.errors import PrimusError
 from searchers.base import TrialResult
 
 DEFAULT_BATCH = 500
@@ -45,7 +46,7 @@ def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-class PoolError(RuntimeError):
+class PoolError(PrimusError, RuntimeError):
     """A pool call could not be completed on any actor (every retry and replacement spent)."""
 
 

@@ -227,3 +227,17 @@ def test_models_import_of_an_absurd_config_is_one_line(tmp_path, capsys):
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 2 and all("is absurd" in line for line in lines), err
+
+
+def test_the_registry_cache_is_bounded(tmp_path):
+    """Loading many distinct files (a fuzz run, a long session) keeps at most CACHE_ENTRIES parsed profiles."""
+    from oracle import registry
+    from oracle.hardware import _REGISTRY, load_hardware
+
+    text = (ROOT / "hardware" / "h100-sxm.yaml").read_text()
+    for i in range(registry.CACHE_ENTRIES + 40):
+        p = tmp_path / f"p{i}.yaml"
+        p.write_text(text)
+        load_hardware(str(p))
+    assert len(_REGISTRY._cache) == registry.CACHE_ENTRIES
+    assert load_hardware("h100-sxm") is load_hardware("h100-sxm"), "still a cache"
