@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="simulate: analytical layer times; benchmark: torch layers timed on this machine's "
                     "device (downscale-measure-upscale); both: side by side per layer and op")
     add_benchmark_flags(pj)
-    pj.add_argument("--format", default="table", choices=["table", "json"])
+    pj.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     pj.add_argument("--compare-schedules", action="store_true", help="project every applicable pipeline schedule")
     pj.add_argument("--gantt", metavar="FILE.png", help="draw the pipeline schedule")
     pj.set_defaults(func=cmd_project)
@@ -330,12 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validate", help="project every row of a measurement CSV and score the errors")
     va.add_argument("csv", help="measurement CSV; model/hardware cells may be bundled names or .yaml paths "
                     "relative to the CSV's folder")
-    va.add_argument("--format", default="table", choices=["table", "json"])
-    va.add_argument("--plot", metavar="FILE.png")
+    va.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
+    va.add_argument("--plot", metavar="FILE.png", help="also plot projected against measured here")
     va.set_defaults(func=cmd_validate)
 
     hw = sub.add_parser("hardware", help="list or show hardware profiles, or calibrate one for this machine")
-    hw.add_argument("action", choices=["list", "show", "calibrate"])
+    hw.add_argument("action", choices=["list", "show", "calibrate"],
+                    help="list: bundled profiles; show: one profile; calibrate: measure this machine")
     hw.add_argument("name", nargs="?", help="show: profile name; calibrate: name of the new profile")
     hw.add_argument("--base", default="cpu-host", help="calibrate: profile whose peaks and citations are kept "
                     "(default cpu-host; on a GPU machine the bundled profile of that GPU)")
@@ -347,14 +348,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     e2 = sub.add_parser("e2e-cpu", help="CPU end-to-end proof: real multi-process gloo runs (DP, PP, EP) vs "
                         "projections from a 1-process benchmark")
-    e2.add_argument("--format", default="table", choices=["table", "json"])
+    e2.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     e2.add_argument("--profile", help="hardware profile of one core per device (default: calibrate one first)")
     e2.add_argument("--iterations", type=_positive_int, default=8, help="timed trainer iterations per run")
     add_benchmark_flags(e2)
     e2.set_defaults(func=cmd_e2e_cpu)
 
     mo = sub.add_parser("models", help="list, show or import model cards")
-    mo.add_argument("action", choices=["list", "show", "import"])
+    mo.add_argument("action", choices=["list", "show", "import"],
+                    help="list: bundled cards; show: one card; import: a Hugging Face config.json as a card")
     mo.add_argument("name", nargs="?", help="card name (show) or config.json path (import)")
     mo.add_argument("-o", "--output", help="import: write the card YAML here")
     mo.add_argument("--card-name", help="import: name of the new card")

@@ -1,9 +1,10 @@
 """Experiments as Ray jobs: ``python -m raytune_primus.jobs EXPERIMENT [--compare] [--results DIR]``.
 
-Submitted with ``ray job submit --working-dir . -- python -m raytune_primus.jobs ...`` it joins the
-cluster it runs in (the job supervisor sets ``RAY_ADDRESS``); run by hand it joins the cluster
-running on this machine, or starts an embedded Ray when there is none (``--address local`` forces
-an embedded one). It then runs ``tune`` (Ray Tune trials on oracle actors) or, with ``--compare``,
+Its arguments are those of ``raytune-primus tune`` and ``compare`` (one definition:
+raytune_primus.search_cli). Submitted with ``ray job submit --working-dir . -- python -m
+raytune_primus.jobs ...`` it joins the cluster it runs in (the job supervisor sets ``RAY_ADDRESS``);
+run by hand it starts an embedded Ray (``--address auto`` joins the cluster running on this machine).
+It then runs ``tune`` (Ray Tune trials on oracle actors) or, with ``--compare``,
 every searcher over several seeds against the exhaustive optimum (searches and the sweep spread over
 the cluster), and writes into the results directory:
 
@@ -239,31 +240,17 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
 
 # ---------------------------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m raytune_primus.jobs", description=__doc__.splitlines()[0])
-    p.add_argument("experiment", help="experiment YAML, or the name of a bundled one")
-    p.add_argument("--compare", action="store_true", help="compare searchers instead of running one")
-    p.add_argument("--results", metavar="DIR", help="results directory (default results/EXPERIMENT)")
-    p.add_argument("--address", help="Ray cluster (default: RAY_ADDRESS, else the local cluster, else embedded; "
-                                     "'local' = embedded)")
-    p.add_argument("--connect-timeout", type=float, metavar="S",
-                   help="give up joining the Ray cluster after S seconds (default 60)")
-    p.add_argument("--budget", type=int, help="trials per search (default: the experiment's; compare: 30)")
-    p.add_argument("--seed", type=int, help="tune: searcher seed")
-    p.add_argument("--searcher", help="tune: searcher name")
-    p.add_argument("--seeds", type=int, default=5, help="compare: seeds per searcher")
-    p.add_argument("--searchers", nargs="+", help="compare: searcher names")
-    p.add_argument("--max-concurrent", type=int, help="tune: concurrent trials")
-    p.add_argument("--max-failures", type=int, default=2, help="tune: retries of a crashed trial")
-    p.add_argument("--benchmark-gpus", type=int, help="tune: GPUs per benchmark-mode trial")
-    p.add_argument("--fresh", action="store_true", help="tune: delete an earlier run in the results directory")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    return p
+    """The job's arguments: those of ``raytune-primus tune`` and ``compare`` (one definition, in
+    raytune_primus.search_cli) plus ``--compare``; the driver is always Ray."""
+    from raytune_primus.search_cli import build_job_parser
+    return build_job_parser()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from raytune_primus.runtime import apply_ray_environment
+        from raytune_primus.search_cli import run_compare_command, run_tune_command
         from searchers.experiment import load_experiment
 
         apply_ray_environment()
@@ -272,27 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         if not results.is_absolute() and "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:
             print(f"note: the results go to {results.resolve()}, inside this job's copy of the working directory; "
                   f"pass an absolute --results path to keep them", file=sys.stderr)
-        # inside `ray job submit` RAY_ADDRESS names the job's cluster; "auto" could find another one
-        address = args.address if args.address is not None else (os.environ.get("RAY_ADDRESS") or "auto")
+        args.results = str(results)
         if args.compare:
-            summary = compare_experiment(exp, results, driver="ray", budget=args.budget or 30, seeds=args.seeds,
-                                         searchers=args.searchers, address=address,
-                                         connect_timeout_s=args.connect_timeout)
-            from searchers.driver import format_table
-            print(format_table(summary))
-            print(f"ledger: {(results / 'ledger.parquet').resolve()}\nsummary: {(results / 'summary.json').resolve()}")
-            return EXIT_OK
-        summary = tune_experiment(exp, results, driver="ray", searcher=args.searcher, budget=args.budget,
-                                  seed=args.seed, address=address, max_concurrent=args.max_concurrent,
-                                  max_failures=args.max_failures, benchmark_gpus=args.benchmark_gpus,
-                                  fresh=args.fresh, progress=not args.quiet,
-                                  connect_timeout_s=args.connect_timeout)
-        print(format_tune_summary(summary))
-        if not summary.get("ok", True):
-            print(f"error: all {summary.get('tune_trials', 0)} Tune trials errored (see {results / 'tune'})",
-                  file=sys.stderr)
-            return EXIT_ALL_ERRORED
-        return EXIT_OK
+            return run_compare_command(args, results=results)[0]
+        code, _ = run_tune_command(args)
+        return EXIT_ALL_ERRORED if code else EXIT_OK
     except PrimusError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)

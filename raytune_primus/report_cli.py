@@ -33,7 +33,8 @@ def add_report_commands(sub: Any) -> None:
     ex = sub.add_parser("export", help="print a config (or a run's winner) as Megatron-LM / Primus / TorchTitan options",
                         description="Options the target lacks are listed in a comment block, never dropped.")
     ex.add_argument("config", metavar="CONFIG", help="config YAML/JSON, or a results directory (its winner)")
-    ex.add_argument("--to", required=True, choices=["megatron", "primus", "torchtitan"], dest="target")
+    ex.add_argument("--to", required=True, choices=["megatron", "primus", "torchtitan"], dest="target",
+                    help="the training framework whose options to print")
     ex.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (repeatable)")
     ex.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     ex.set_defaults(func=cmd_export)
@@ -57,7 +58,7 @@ def add_report_commands(sub: Any) -> None:
                                                      "writes DIR/calibration.json and refreshes DIR/report.html")
     ca.add_argument("--threshold", type=float, default=None, help="concordance gap (default 0.09, paper Table 21)")
     ca.add_argument("--top-k", type=int, default=3, help="top-k regret (default 3)")
-    ca.add_argument("--format", default="table", choices=["table", "json"])
+    ca.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     ca.set_defaults(func=cmd_calibrate_runs)
 
 

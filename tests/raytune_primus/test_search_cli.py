@@ -60,8 +60,8 @@ def test_bad_budget_is_a_usage_error(capsys):
 
 
 def test_compare_inprocess_json_has_the_issue_4_shape(tmp_path, capsys):
-    code, out, err = _cli(["compare", "tiny-moe-h100-8", "--budget", "5", "--seeds", "2", "--searchers", "random",
-                           "grid", "--format", "json", "--plot", str(tmp_path / "c.png")], capsys)
+    code, out, err = _cli(["compare", "tiny-moe-h100-8", "--driver", "inprocess", "--budget", "5", "--seeds", "2",
+                           "--searchers", "random", "grid", "--format", "json", "--plot", str(tmp_path / "c.png")], capsys)
     assert code == 0, err
     s = json.loads(out)
     assert set(s["optimum"]) >= {"tokens_per_s_per_gpu", "config"} and s["space_size"] > 0
