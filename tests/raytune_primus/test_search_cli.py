@@ -146,3 +146,22 @@ def test_a_winner_projection_error_is_shown_not_dropped(monkeypatch):
     exp = load_experiment("tiny-moe-h100-8")
     text = _projection_table(exp, {"winner": {"config": {"tp": 1}}})
     assert text is not None and "InvalidConfigError: num_layers=4 is not divisible by pp=3" in text
+
+
+def test_tune_leaves_the_cluster_to_ray_address_unless_told(monkeypatch, capsys):
+    """`raytune-primus tune` used to force an embedded Ray, so inside `ray job submit` it ignored the job's
+    cluster; now no --address means init_ray(None): RAY_ADDRESS, else embedded."""
+    from raytune_primus import jobs
+    from raytune_primus.cli import main
+
+    seen = {}
+
+    def fake(exp, results, **kw):
+        seen.update(kw)
+        return {"ok": True, "winner": None, "experiment": exp.name, "searcher": "random", "seed": 0, "budget": 1,
+                "driver": kw["driver"], "trials_run": 0, "rejected": 0, "failed": 0, "illegal": 0, "ledger": "l"}
+    monkeypatch.setattr(jobs, "tune_experiment", fake)
+    assert main(["tune", "tiny-moe-h100-8", "--quiet"]) == 0
+    assert seen["address"] is None and seen["driver"] == "ray" and seen["max_failures"] == 2
+    assert main(["tune", "tiny-moe-h100-8", "--quiet", "--address", "auto", "--max-failures", "0"]) == 0
+    assert seen["address"] == "auto" and seen["max_failures"] == 0
