@@ -59,6 +59,8 @@ def side_by_side(run: RunConfig, source: BenchmarkSource) -> list[dict[str, Any]
     bench = MeasuredLayerModel(L, comm, source)
     rows = []
     for (kind, window), spec in source.specs(run).items():
+        if kind == "optimizer":
+            continue
         if kind in ("embedding", "output"):
             sf = sim.embedding() if kind == "embedding" else sim.output()
             bf = bench.embedding() if kind == "embedding" else bench.output()

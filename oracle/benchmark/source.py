@@ -220,14 +220,9 @@ class BenchmarkSource(LayerTimeSource):
         return MeasuredLayerModel(L, comm, self)
 
     def optimizer_rate_s_per_param(self, run: RunConfig) -> float | None:
-        """Adam step seconds per parameter, measured on the largest measured layer (paper Sec. 3.1: the
-        optimizer step is measured on the benchmark, falling back to the analytical HBM model)."""
-        best = None
-        for spec in self.specs(run).values():
-            m = self.get(spec)
-            if m.optimizer_s_per_param is not None and (best is None or m.params > best.params):
-                best = m
-        return best.optimizer_s_per_param if best is not None else None
+        """Adam step seconds per parameter, measured on a parameter shard of the size the target's ranks hold
+        (paper Sec. 3.1: the optimizer step is measured on the benchmark, falling back to the analytical model)."""
+        return self.get(self.specs(run)[("optimizer", None)]).optimizer_s_per_param
 
     def _measured_optimizer(self, run: RunConfig, proj: Any) -> Any:
         """``proj`` with the analytical optimizer step replaced by the measured rate x the critical rank's shard."""
@@ -262,6 +257,8 @@ class BenchmarkSource(LayerTimeSource):
         lm = MeasuredLayerModel(Layout(run), None, self)
         layers = {}
         for (kind, window), spec in self.specs(run).items():
+            if kind == "optimizer":
+                continue
             m = self.get(spec)
             entry: dict[str, Any] = {"shape": spec.label(), "measured_f_s": m.f_s, "measured_b_s": m.b_s,
                                      "measured_w_s": m.w_s, "device": m.device, "spread": m.spread}

@@ -14,7 +14,9 @@ from oracle.config import RunConfig
 from oracle.model_card import ModelCard
 from oracle.scaling import BenchPlan
 
-KINDS = ("dense", "moe", "embedding", "output")
+KINDS = ("dense", "moe", "embedding", "output", "optimizer")
+OPTIMIZER_MAX_PARAMS = 256 * 2 ** 20
+"""Largest parameter shard the optimizer step is timed on (its per-parameter rate is flat beyond the caches)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +61,9 @@ class LayerSpec:
     router_bias: bool = False
     # embedding / output
     vocab: int = 0
+    # optimizer
+    params: int = 0
+    """Parameters of the shard the optimizer step is timed on (kind 'optimizer')."""
 
     @property
     def tokens(self) -> int:
@@ -80,6 +85,8 @@ class LayerSpec:
 
     def label(self) -> str:
         """Short human label: kind, window, tokens, dtype."""
+        if self.kind == "optimizer":
+            return f"optimizer Adam over {self.params:,} params ({self.dtype} model, fp32 master)"
         w = f" window={self.window}" if self.window else ""
         extra = f" experts={self.experts}/rank top{self.topk}" if self.kind == "moe" else ""
         return f"{self.kind}{w} h={self.hidden} tokens={self.tokens}{extra} {self.dtype}"
@@ -133,4 +140,21 @@ def run_layer_specs(run: RunConfig, plan: BenchPlan, *, dtype: str | None = None
         out.setdefault((kind, None), layer_spec(m, run, plan, kind, None, dtype=dtype))
     out[("embedding", None)] = layer_spec(m, run, plan, "embedding", dtype=dtype)
     out[("output", None)] = layer_spec(m, run, plan, "output", dtype=dtype)
+    out[("optimizer", None)] = optimizer_spec(run, dtype=dtype)
     return out
+
+
+def optimizer_spec(run: RunConfig, *, dtype: str | None = None) -> LayerSpec:
+    """The optimizer step timed on the largest parameter shard a rank of the target holds (after
+    distributed-optimizer sharding), rounded to 2 significant digits so similar shards share a measurement."""
+    from oracle.layout import Layout
+    from oracle.memory import rank_param_counts
+    t = run.training
+    L = Layout(run)
+    sharded = t.use_distributed_optimizer or t.fsdp
+    n = 0.0
+    for r in range(t.pp):
+        dense, expert = rank_param_counts(run, r)
+        n = max(n, dense / (L.dp * t.cp) + expert / L.edp if sharded else dense + expert)
+    n = int(float(f"{max(1.0, min(n, OPTIMIZER_MAX_PARAMS)):.2g}"))
+    return LayerSpec(kind="optimizer", hidden=0, mbs=0, seq_q=0, seq_k=0, dtype=dtype or bench_dtype(run), params=n)

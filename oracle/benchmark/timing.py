@@ -26,7 +26,8 @@ class TimingSettings:
     warmup: int = 2
     repeats: int = 7
     per_op: bool = True
-    optimizer: bool = True
+    optimizer: bool = False
+    """Also time Adam on this layer's own parameters (the projection times it on a rank-sized shard instead)."""
     stat: str = "median"
     """'median' of the repeats, or 'min' (a machine shared with other jobs only ever slows a run down, so
     the minimum estimates the uncontended time; the CPU end-to-end check uses it on both sides)."""
@@ -92,7 +93,7 @@ def _is_oom(exc: BaseException) -> bool:
 def _time_fbw(device: torch.device, forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor],
               params: Sequence[torch.Tensor], s: TimingSettings) -> tuple[float, float, float, float]:
     """(f, b, w, spread) medians of a callable whose output depends on ``inputs`` and ``params``."""
-    fs, bs, ws, tot = [], [], [], []
+    fs, bs, bws, tot = [], [], [], []
     need_in = [t for t in inputs if t.requires_grad]
     every = need_in + [p for p in params if p.requires_grad]
     for i in range(s.warmup + s.repeats):
@@ -108,11 +109,13 @@ def _time_fbw(device: torch.device, forward: Callable[[], torch.Tensor], inputs:
         if i >= s.warmup:
             fs.append(tf)
             bs.append(tb)
-            ws.append(max(0.0, tbw - tb) if need_in else tbw)
+            bws.append(tbw)
             tot.append(tf + max(tb, tbw))
     med = statistics.median(tot)
     spread = (max(tot) - min(tot)) / med if med > 0 else 0.0
-    return s.pick(fs), s.pick(bs), s.pick(ws), spread
+    b = s.pick(bs)
+    # W = (B+W) - B of the chosen statistic (a statistic of per-repeat differences would be biased low by noise)
+    return s.pick(fs), b, max(0.0, s.pick(bws) - b) if need_in else s.pick(bws), spread
 
 
 def _layer_inputs(spec: LayerSpec, device: torch.device, dt: torch.dtype) -> list[torch.Tensor]:
@@ -141,9 +144,19 @@ def _capture_op_inputs(layer: torch.nn.Module, inputs: Sequence[torch.Tensor]) -
     return {name: seen[name] for name in ops if name in seen}
 
 
+OPTIMIZER_CHUNK = 4 * 2 ** 20
+"""Elements per tensor of the synthetic parameter shard the optimizer step is timed on."""
+
+
+def optimizer_params(n: int, dtype: torch.dtype, device: torch.device) -> list[torch.nn.Parameter]:
+    """A synthetic parameter shard of ``n`` elements (chunks of OPTIMIZER_CHUNK) in the model dtype."""
+    sizes = [OPTIMIZER_CHUNK] * (n // OPTIMIZER_CHUNK) + ([n % OPTIMIZER_CHUNK] if n % OPTIMIZER_CHUNK else [])
+    return [torch.nn.Parameter(torch.zeros(k, dtype=dtype, device=device)) for k in sizes]
+
+
 def _time_optimizer(device: torch.device, params: Sequence[torch.nn.Parameter], s: TimingSettings) -> float | None:
     """Adam step on fp32 master copies of ``params`` (gradient cast in, write-back into the model's dtype out),
-    per parameter."""
+    per parameter (caches matter: time it on a shard of the size the rank holds, see kind 'optimizer')."""
     n = sum(p.numel() for p in params)
     if n == 0:
         return None
@@ -172,6 +185,17 @@ def measure_spec(spec: LayerSpec, *, device: torch.device | None = None, setting
     dt = tl.torch_dtype(spec.dtype)
     if dt == torch.bfloat16 and not supports_bf16(dev):
         raise BenchmarkError(f"{spec.label()}: {device_name(dev)} does not support bf16")
+    if spec.kind == "optimizer":
+        try:
+            rate = _time_optimizer(dev, optimizer_params(spec.params, dt, dev), s)
+        except Exception as exc:
+            kind = "out of memory" if _is_oom(exc) else f"{type(exc).__name__}: {exc}"
+            raise BenchmarkError(f"{spec.label()}: {kind} on {device_name(dev)} (shape {spec.key()})") from exc
+        finally:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        return Measurement(spec_key=spec.key(), f_s=0.0, b_s=0.0, w_s=0.0, params=spec.params,
+                           optimizer_s_per_param=rate, device=device_name(dev), repeats=s.repeats)
     try:
         torch.manual_seed(0)
         layer = tl.build(spec, dev)

@@ -42,6 +42,10 @@ def _short(config: dict[str, Any]) -> str:
     return f"{config['model']} x{config['cluster']['num_gpus']} " + " ".join(f"{k}={t.get(k, 1)}" for k in keys)
 
 
+def _cost(m: Any) -> float:
+    return m.f_s + m.b_s + m.w_s + (m.optimizer_s_per_param or 0.0) * m.params
+
+
 def _rank(xs: list[float]) -> list[int]:
     order = sorted(range(len(xs)), key=lambda i: -xs[i])
     r = [0] * len(xs)
@@ -62,6 +66,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
 
     t_all = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="e2e_cpu_"))
+    calibration = None
     if profile is None:
         import yaml
 
@@ -71,6 +76,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         path = work / "cpu-core.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         profile = str(path)
+        calibration = raw
         log(f"  link: {raw['links']['latency_s'] * 1e6:,.0f} us, {raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; "
             f"bf16 GEMM {raw['kernels']['gemm_bf16_flops'] / 1e9:,.0f} GFLOP/s")
     todo = jobs(profile, iterations=iterations, stat=stat, seq_len=seq_len)
@@ -91,7 +97,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
                 for spec in src.specs(run).values():
                     m = src.get(spec)
                     old = best.get(spec.key())
-                    if old is None or m.f_s + m.b_s + m.w_s < old.f_s + old.b_s + old.w_s:
+                    if old is None or _cost(m) < _cost(old):
                         best[spec.key()] = m
         finally:
             torch.set_num_threads(threads)
@@ -121,7 +127,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         r["benchmark_error"] = r["benchmark_projected"] / r["measured_tokens_per_s"] - 1
         r["simulate_error"] = r["simulate_projected"] / r["measured_tokens_per_s"] - 1
     meas = [r["measured_tokens_per_s"] for r in rows]
-    out = {"runs": rows, "profile": profile, "rounds": rounds, "statistic": stat,
+    out = {"runs": rows, "profile": profile, "calibration": calibration, "rounds": rounds, "statistic": stat,
            "benchmark_same_ranking": _rank(meas) == _rank([r["benchmark_projected"] for r in rows]),
            "simulate_same_ranking": _rank(meas) == _rank([r["simulate_projected"] for r in rows]),
            "benchmark_max_abs_error": max(abs(r["benchmark_error"]) for r in rows),

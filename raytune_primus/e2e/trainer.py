@@ -229,10 +229,12 @@ def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
                         (loss_fn(ddp(ids[sl]), labels[sl]) / n_micro).backward()
                 else:
                     (loss_fn((ddp or model)(ids[sl]), labels[sl]) / n_micro).backward()
-            if t.ep > 1 and dp > 1:  # dense gradients across the data-parallel ranks (experts are sharded)
-                for p in dense:
-                    if p.grad is not None:
-                        dist.all_reduce(p.grad)
+            if t.ep > 1 and dp > 1:  # dense gradients across the data-parallel ranks (experts are sharded),
+                grads = [p.grad for p in dense if p.grad is not None]  # one flat bucket, as Megatron's buckets
+                flat = torch._utils._flatten_dense_tensors(grads)
+                dist.all_reduce(flat)
+                for g, r in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+                    g.copy_(r)
         opt.step()
 
     times = []

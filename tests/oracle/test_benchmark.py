@@ -70,6 +70,8 @@ def test_every_bundled_tiny_card_builds_and_runs():
     for model, tr in (("tiny-dense", {"tp": 2}), ("tiny-moe", {"ep": 2}), ("tiny-mla", {"ep": 2})):
         run = _run(model, **tr)
         for (kind, _), spec in run_layer_specs(run, downscale(run, 2), dtype="fp32").items():
+            if kind == "optimizer":
+                continue
             mod = tl.build(spec, "cpu")
             if kind == "embedding":
                 out = mod(torch.randint(0, spec.vocab, (1, spec.seq_q)))
@@ -95,7 +97,17 @@ def test_measure_reports_positive_f_b_w_and_ops():
     assert m.f_s > 0 and m.b_s > 0 and m.w_s >= 0
     assert {"attn_norm", "qkv", "attn_core", "attn_out", "mlp_up", "mlp_down"} <= set(m.ops)
     assert m.params == sum(p.numel() for p in tl.build(_spec(), "cpu").parameters())
-    assert m.optimizer_s_per_param and m.optimizer_s_per_param > 0
+
+
+def test_optimizer_step_is_timed_on_a_rank_sized_shard():
+    from oracle.benchmark.spec import optimizer_spec
+    from oracle.memory import rank_param_counts
+    run = _run("tiny-dense", pp=2, use_distributed_optimizer=False)
+    spec = optimizer_spec(run)
+    assert spec.kind == "optimizer"
+    assert spec.params == int(float(f"{max(sum(rank_param_counts(run, r)) for r in range(2)):.2g}"))
+    m = measure_spec(spec, device=torch.device("cpu"), settings=TimingSettings(**FAST))
+    assert m.optimizer_s_per_param > 0 and m.params == spec.params and m.f_s == 0
 
 
 def test_embedding_backward_is_b_and_output_has_w():

@@ -146,7 +146,7 @@ def test_tp_upscale_rescales_measured_compute_and_adds_analytical_tp_comm():
     assert lm.layer("dense").comm == sim_comm and "tp" in sim_comm  # AR/AG/RS priced at the target
     report = src.project(run4).details["benchmark"]["upscale"]
     assert report["tp_compute_scale"] == pytest.approx(0.25) and report["tp_comm_s"] > 0
-    assert src.project(run1).details["benchmark"]["upscale"]["tp_comm_s"] == 0
+    assert _source(run1).project(run1).details["benchmark"]["upscale"]["tp_comm_s"] == 0
 
 
 def test_ep_upscale_adds_target_a2a_and_keeps_expert_compute():
@@ -191,9 +191,9 @@ def test_benchmark_source_is_a_layer_timer_shapes_measure_project():
     run = _run(gpus=32, pp=4, ep=8)
     src = _source(run)
     shapes = src.shapes(run)
-    assert len(shapes) == len(set(shapes)) == 4  # dense, moe, embedding, output
+    assert len(shapes) == len(set(shapes)) == 5  # dense, moe, embedding, output, optimizer
     kinds = {LayerSpec.from_key(s).kind for s in shapes}
-    assert kinds == {"dense", "moe", "embedding", "output"}
+    assert kinds == {"dense", "moe", "embedding", "output", "optimizer"}
     timings = {s: src.measure(s) for s in shapes}  # dicts, as the device actors pass them around
     fresh = BenchmarkSource(measure=False)
     p = fresh.project(run, timings)
