@@ -25,13 +25,14 @@ is not written twice. Tune's experiment state is saved after every step
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,44 @@ class TuneRecord:
 
 
 # ---------------------------------------------------------------------------------- building and running
+SUPPORTED_RAY = ">=2.40,<2.61"
+"""The Ray versions ``restored_search_and_callbacks`` is known to work with (pinned in pyproject.toml)."""
+
+
+def restored_search_and_callbacks(tuner: Any) -> tuple[Any, list[Any]]:
+    """The search algorithm and callbacks ``Tuner.restore`` unpickled from the experiment state.
+
+    Ray has no public accessor for them: ``Tuner.restore`` rebuilds both from ``tuner.pkl`` and keeps
+    them on its private ``_local_tuner``. This is the one place this package reaches into Tune's
+    internals; tests/raytune_primus/test_ray_internals.py fails loudly when a Ray upgrade moves them,
+    and pyproject.toml pins the Ray range it was checked on (``SUPPORTED_RAY``).
+    """
+    try:
+        local = tuner._local_tuner
+        search = local._tune_config.search_alg
+        callbacks = list(local.get_run_config().callbacks or [])
+    except AttributeError as exc:
+        raise RuntimeError(f"Ray {ray.__version__} keeps a restored Tuner's search algorithm elsewhere than Ray "
+                           f"{SUPPORTED_RAY} did ({exc}); resuming a Tune search needs a supported Ray "
+                           f"(pyproject.toml)") from exc
+    return search, callbacks
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the block and put back what was there (unset ones are removed)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _num_scorers(max_concurrent: int) -> int:
     from raytune_primus.runtime import alive_nodes, cluster_cpus
     return max(1, min(cluster_cpus(), max_concurrent), len(alive_nodes()))
@@ -365,9 +404,6 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
                                      f"with the same settings, or use --fresh or another --results directory")
     else:
         spec_path.write_text(json.dumps(spec, indent=1) + "\n")
-    os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = str(checkpoint_period_s)  # read when the controller starts
-    # Tune's console tables would interleave with our progress lines; verbose=0 silences only the old engine
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     service_name = f"primus-oracle-{uuid.uuid4().hex[:10]}"
     cache = None
     if benchmark:
@@ -377,47 +413,50 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     service = start_service(service_name, scorers, exclusive=benchmark)
     trainable = tune.with_resources(make_trainable(service_name, hook=hook), {"cpu": trial_cpus})
     t0 = time.perf_counter()
-    try:
-        if restored:
-            tuner = tune.Tuner.restore(str(exp_path), trainable=trainable, resume_unfinished=True,
-                                       resume_errored=False, restart_errored=False)
-            search = tuner._local_tuner._tune_config.search_alg  # the unpickled limiter (and our searcher)
-            primus = search.searcher
-            for cb in tuner._local_tuner.get_run_config().callbacks or []:
-                if isinstance(cb, ProgressCallback):
-                    cb.enabled = progress
-        else:
-            primus = PrimusSearcher(exp, searcher=searcher, seed=seed, budget=budget, evaluator=evaluator,
-                                    ledger_path=ledger_path)
-            search = ConcurrencyLimiter(primus, max_concurrent=max_concurrent)
-            bar = ProgressCallback(budget=primus.budget, stats=primus.progress_stats, describe=_describe)
-            bar.enabled = progress
-            callbacks: list[Any] = [RetryRecorder(primus), bar]
-            tuner = tune.Tuner(
-                trainable,
-                tune_config=tune.TuneConfig(search_alg=search, num_samples=primus.budget, metric=METRIC, mode=MODE,
-                                            reuse_actors=True,
-                                            trial_dirname_creator=lambda t: f"trial_{t.trial_id}"),
-                run_config=tune.RunConfig(name=TUNE_DIR, storage_path=str(results),
-                                          failure_config=tune.FailureConfig(max_failures=max_failures),
-                                          checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                                          callbacks=callbacks, verbose=0))
-        grid = tuner.fit()
-        cache_stats = ray.get(cache.stats.remote()) if cache is not None else None
-        svc_stats = ray.get(service.stats.remote())
-    finally:
-        kill_all(service, scorers, cache)
+    # read when the controller starts, and put back afterwards: Tune's console tables would interleave
+    # with our progress lines (verbose=0 silences only the old engine)
+    env = {"TUNE_GLOBAL_CHECKPOINT_S": str(checkpoint_period_s),
+           "RAY_AIR_NEW_OUTPUT": os.environ.get("RAY_AIR_NEW_OUTPUT", "0")}
+    with _environment(env):
+        try:
+            if restored:
+                tuner = tune.Tuner.restore(str(exp_path), trainable=trainable, resume_unfinished=True,
+                                           resume_errored=False, restart_errored=False)
+                search, callbacks = restored_search_and_callbacks(tuner)
+                primus = search.searcher
+                bar = next((c for c in callbacks if isinstance(c, ProgressCallback)), None)
+                if bar is not None:
+                    bar.enabled = progress
+            else:
+                primus = PrimusSearcher(exp, searcher=searcher, seed=seed, budget=budget, evaluator=evaluator,
+                                        ledger_path=ledger_path)
+                search = ConcurrencyLimiter(primus, max_concurrent=max_concurrent)
+                bar = ProgressCallback(budget=primus.budget, stats=primus.progress_stats, describe=_describe)
+                bar.enabled = progress
+                callbacks: list[Any] = [RetryRecorder(primus), bar]
+                tuner = tune.Tuner(
+                    trainable,
+                    tune_config=tune.TuneConfig(search_alg=search, num_samples=primus.budget, metric=METRIC,
+                                                mode=MODE, reuse_actors=True,
+                                                trial_dirname_creator=lambda t: f"trial_{t.trial_id}"),
+                    run_config=tune.RunConfig(name=TUNE_DIR, storage_path=str(results),
+                                              failure_config=tune.FailureConfig(max_failures=max_failures),
+                                              checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+                                              callbacks=callbacks, verbose=0))
+            grid = tuner.fit()
+            cache_stats = ray.get(cache.stats.remote()) if cache is not None else None
+            svc_stats = ray.get(service.stats.remote())
+        finally:
+            kill_all(service, scorers, cache)
     wall = time.perf_counter() - t0
     book = primus.book
     gate = primus.gate
     best = book.best
-    prog = next((c for c in (tuner._local_tuner.get_run_config().callbacks or [])
-                 if isinstance(c, ProgressCallback)), None)
     errored = sum(1 for r in grid if r.error is not None)
     primus.close()
     record = TuneRecord(tune_trials=len(grid), errored=errored, retries=len(primus.retries),
                         experiment_path=str(exp_path), restored=restored, max_concurrent=max_concurrent,
-                        scorers=svc_stats, timing_cache=cache_stats, progress=list(prog.lines) if prog else [],
+                        scorers=svc_stats, timing_cache=cache_stats, progress=list(bar.lines) if bar else [],
                         tune_wall_s=wall)
     return SearchResult(
         experiment=exp.name, searcher=primus.searcher_name, seed=primus.seed, proposer=gate.proposer,

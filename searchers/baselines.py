@@ -16,8 +16,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from searchers.base import Candidate, Searcher, TrialResult, register
@@ -100,10 +102,8 @@ class _OptunaSearcher(Searcher):
     def __init__(self, space: SearchSpace, *, seed: int = 0, n_startup_trials: int = 10) -> None:
         super().__init__(space, seed=seed)
         import optuna
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._optuna = optuna
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with self._quiet():
             self.study = optuna.create_study(direction="maximize",
                                              sampler=self._sampler(seed=seed, n_startup_trials=n_startup_trials))
         self._ordinal = {a: sorted(space.values[a]) for a in space.axes
@@ -115,11 +115,23 @@ class _OptunaSearcher(Searcher):
     def _sampler(self, *, seed: int, n_startup_trials: int) -> Any:
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def _quiet(self) -> Iterator[None]:
+        """Optuna at WARNING (no per-trial INFO lines) and its experimental warnings off, for this call
+        only: Optuna's log level is process-wide, so the caller's setting is put back."""
+        level = self._optuna.logging.get_verbosity()
+        self._optuna.logging.set_verbosity(self._optuna.logging.WARNING)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                yield
+        finally:
+            self._optuna.logging.set_verbosity(level)
+
     def suggest(self) -> Candidate | None:
         if self.space.size == 0:
             return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with self._quiet():
             trial = self.study.ask()
             values: dict[str, Any] = {}
             for a in self.space.axes:
@@ -149,8 +161,7 @@ class _OptunaSearcher(Searcher):
         trial = candidate.meta.get("trial")
         if trial is None:
             return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with self._quiet():
             constraint, value = self._constraint_and_value(result)
             trial.set_constraint("memory", constraint)
             self.study.tell(trial, value)

@@ -30,6 +30,7 @@ import socket
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,25 +53,43 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c for c, _ in COLUMNS)
 OPTIONAL_COLUMNS = frozenset({"oracle_version"})
 """Columns added after the first ledgers were written: read back as None when a file lacks them."""
 
-_SECRETS: set[str] = set()
+_SECRETS: Counter[str] = Counter()
+"""Registered secrets and how many holders still use each."""
 _SECRETS_LOCK = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a secret (an API key): ledger rows and every log record are scrubbed of it."""
+    """Remember a secret (an API key) until :func:`forget_secret`: ledger rows and every log record are
+    scrubbed of it meanwhile."""
     if value and len(value) >= 4:
         with _SECRETS_LOCK:
-            _SECRETS.add(value)
+            _SECRETS[value] += 1
         _install_log_scrubber()
 
 
-_SCRUBBER_INSTALLED = False
+def forget_secret(value: str | None) -> None:
+    """One holder of ``value`` is done with it; when no secret is left, the log-record factory the
+    scrubber wrapped is put back (the scrubber changes process-wide state only while it is needed)."""
+    if not value or len(value) < 4:
+        return
+    with _SECRETS_LOCK:
+        if _SECRETS[value] > 1:
+            _SECRETS[value] -= 1
+        else:
+            _SECRETS.pop(value, None)
+        empty = not _SECRETS
+    if empty:
+        _uninstall_log_scrubber()
+
+
+_SCRUBBER: tuple[Any, Any] | None = None
+"""(our factory, the one it wraps) while installed."""
 
 
 def _install_log_scrubber() -> None:
     """Wrap the log-record factory once so no logger (ours, DSPy's, LiteLLM's) can emit a secret."""
-    global _SCRUBBER_INSTALLED
-    if _SCRUBBER_INSTALLED:
+    global _SCRUBBER
+    if _SCRUBBER is not None:
         return
     import logging
     import traceback
@@ -92,7 +111,17 @@ def _install_log_scrubber() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
-    _SCRUBBER_INSTALLED = True
+    _SCRUBBER = (factory, previous)
+
+
+def _uninstall_log_scrubber() -> None:
+    """Put back the factory the scrubber wrapped, unless someone wrapped ours since (then ours stays,
+    scrubbing nothing once no secret is registered)."""
+    global _SCRUBBER
+    import logging
+    if _SCRUBBER is not None and logging.getLogRecordFactory() is _SCRUBBER[0]:
+        logging.setLogRecordFactory(_SCRUBBER[1])
+        _SCRUBBER = None
 
 
 def scrub(text: str) -> str:

@@ -41,11 +41,12 @@ never logged or stored.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,10 +56,22 @@ from oracle.units import GIB
 from searchers.base import Candidate, SearchContext, TrialResult
 from searchers.crossaxis import CrossAxisProposer, RoundControl
 from searchers.history import History
-from searchers.ledger import register_secret, scrub
+from searchers.ledger import forget_secret, register_secret, scrub
 from searchers.space import SearchSpace
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _env_default(name: str, value: str) -> Iterator[None]:
+    """``os.environ.setdefault(name, value)`` for the block only (the caller's environment is put back)."""
+    had = name in os.environ
+    os.environ.setdefault(name, value)
+    try:
+        yield
+    finally:
+        if not had:
+            os.environ.pop(name, None)
 _LLM_KEYS = ["model", "api_base", "api_key_env", "timeout_s", "max_tokens", "temperature", "engine",
              "num_retries", "max_iters", "prompt_tokens"]
 CHARS_PER_TOKEN = 3.0
@@ -128,8 +141,8 @@ class LLMSettings:
 
     def build_lm(self) -> Any:
         """A ``dspy.LM`` for these settings (reads the key from the environment; no response cache)."""
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import dspy
+        with _env_default("LITELLM_LOCAL_MODEL_COST_MAP", "True"):  # read once, when litellm is imported
+            import dspy
         kwargs: dict[str, Any] = {"cache": False, "num_retries": self.num_retries, "timeout": self.timeout_s,
                                   "max_tokens": self.max_tokens}
         if self.temperature is not None:
@@ -432,7 +445,8 @@ class LLMProposer:
     def _get_lm(self) -> Any:
         if self._lm is None:
             assert self.settings is not None
-            self._lm = self.settings.build_lm()
+            self._lm = self.settings.build_lm()  # registers the API key with the scrubber
+            self._secret = os.environ.get(self.settings.api_key_env) if self.settings.api_key_env else None
         return self._lm
 
     def _budget_left(self) -> int:
@@ -506,6 +520,8 @@ class LLMProposer:
         if self._gr is not None and not self._gr.dead:
             self._gr.throw(_exit_exception()())  # unwinds the tool loop (a BaseException: ReAct won't catch it)
         self._gr = None
+        forget_secret(getattr(self, "_secret", None))
+        self._secret = None
 
     def stats(self) -> dict[str, Any]:
         return {**self.counts, "max_prompt_tokens_estimated": round(self.max_prompt_chars / CHARS_PER_TOKEN),

@@ -122,7 +122,16 @@ def measure_links(world: int, threads: int = 1, cuda: bool = False) -> dict[str,
 def calibrate(*, base: str, name: str, world: int = 1, threads: int | None = None, device: str | None = None
               ) -> tuple[dict[str, Any], dict]:
     """(profile mapping in the YAML format of oracle.hardware, raw measurements); ``device`` 'cpu' forces the CPU
-    on a machine that also has GPUs."""
+    on a machine that also has GPUs. Torch's thread count is put back afterwards (it is process-wide)."""
+    before = torch.get_num_threads()
+    try:
+        return _calibrate(base=base, name=name, world=world, threads=threads, device=device)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _calibrate(*, base: str, name: str, world: int, threads: int | None, device: str | None
+               ) -> tuple[dict[str, Any], dict]:
     dev = torch.device(device) if device else default_device()
     cpu = dev.type == "cpu"
     if cpu and threads:

@@ -49,7 +49,9 @@ def test_tune_proposes_scores_and_records_what_the_inprocess_driver_does(cluster
 
     ev = SmallCapEvaluator()
     ref = run_search(small, "seed_llm", 14, 0, tmp_path / "inproc.parquet", evaluator=ev)
+    env = {k: os.environ.get(k) for k in ("TUNE_GLOBAL_CHECKPOINT_S", "RAY_AIR_NEW_OUTPUT")}
     out = run_tune(small, tmp_path / "ray", searcher="seed_llm", budget=14, seed=0, evaluator=ev, progress=False)
+    assert {k: os.environ.get(k) for k in env} == env, "run_tune put the environment back"
     assert type(out) is type(ref) and (out.driver, ref.driver) == ("ray", "inprocess")
     assert out.trials == ref.trials == 14
     assert out.prefilter_rejections == ref.prefilter_rejections > 0

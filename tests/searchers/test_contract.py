@@ -179,3 +179,18 @@ def test_ledger_round_trip_and_resume_without_repeats(name, small, tmp_path):
     straight = tmp_path / "straight.parquet"
     run_search(small, name, 12, 2, straight, evaluator=SyntheticEvaluator(cap_bytes=CAP_BYTES))
     assert [r["config_key"] for r in read_rows(straight) if r["trial_index"] >= 0] == counted
+
+
+def test_optuna_searchers_leave_optunas_global_log_level_alone(small):
+    import optuna
+
+    from searchers.base import make_searcher
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.DEBUG)
+    try:
+        s = make_searcher("tpe", small.space, seed=0)
+        c = s.suggest()
+        assert c is not None
+        assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
+    finally:
+        optuna.logging.set_verbosity(before)

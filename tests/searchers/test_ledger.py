@@ -123,3 +123,28 @@ def test_ledgers_written_before_the_oracle_version_column_still_read(tmp_path):
     book = TrialBook(budget=5, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path),
                      oracle_version="cccc")
     assert book.used == 1   # rows of unknown version are kept (nothing to compare them with)
+
+
+def test_the_log_scrubber_is_installed_only_while_a_secret_is_registered(caplog, monkeypatch):
+    import logging
+    from collections import Counter
+
+    from searchers import ledger
+    monkeypatch.setattr(ledger, "_SECRETS", Counter())  # no secret left over from other tests
+    monkeypatch.setattr(ledger, "_SCRUBBER", None)
+    original = logging.getLogRecordFactory()
+    fresh = logging.LogRecord  # what the process had before anyone wrapped it
+    logging.setLogRecordFactory(fresh)
+    try:
+        register_secret("sk-scoped-secret")
+        register_secret("sk-scoped-secret")  # a second holder of the same key
+        assert logging.getLogRecordFactory() is not fresh
+        with caplog.at_level(logging.INFO):
+            logging.getLogger("x").info("key sk-scoped-secret")
+        assert "sk-scoped-secret" not in caplog.text and "***" in caplog.text
+        ledger.forget_secret("sk-scoped-secret")
+        assert logging.getLogRecordFactory() is not fresh and scrub("sk-scoped-secret") == "***"  # still held
+        ledger.forget_secret("sk-scoped-secret")
+        assert logging.getLogRecordFactory() is fresh and scrub("sk-scoped-secret") == "sk-scoped-secret"
+    finally:
+        logging.setLogRecordFactory(original)

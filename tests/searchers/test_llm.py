@@ -149,3 +149,12 @@ def test_missing_key_variable_falls_back_without_crashing(small, tmp_path, monke
 def test_without_an_llm_the_offline_proposer_runs_and_says_so(small, tmp_path):
     res = run_search(small, "seed_llm", 20, 0, evaluator=SyntheticEvaluator(cap_bytes=CAP_BYTES))
     assert res.proposer == "seed-planner + cross-axis (offline)"
+
+
+def test_building_the_lm_leaves_the_environment_as_it_was(monkeypatch):
+    import os
+
+    from searchers.llm import LLMSettings
+    monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
+    LLMSettings(model="openai/test-model", api_base="http://127.0.0.1:9").build_lm()
+    assert "LITELLM_LOCAL_MODEL_COST_MAP" not in os.environ
