@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from oracle.benchmark.timing import default_device, device_name
+from oracle.benchmark.timing import default_device, device_name, pin_to_core
 from oracle.hardware import load_hardware
 from oracle.yamlio import load_mapping
 
@@ -76,6 +76,8 @@ def _free_port() -> int:
 
 def _link_worker(rank: int, world: int, port: int, threads: int, out: str, cuda: bool) -> None:
     import torch.distributed as dist
+    if not cuda and threads == 1:
+        pin_to_core(rank)
     torch.set_num_threads(threads)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dev = torch.device("cuda", rank) if cuda else torch.device("cpu")

@@ -237,5 +237,30 @@ def measure_spec(spec: LayerSpec, *, device: torch.device | None = None, setting
             torch.cuda.empty_cache()
 
 
+def physical_cores() -> list[int]:
+    """One logical CPU per physical core this process may use (SMT siblings left out), in order."""
+    allowed = sorted(os.sched_getaffinity(0))
+    first: dict[tuple[str, str], int] = {}
+    for cpu in allowed:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{base}/physical_package_id") as a, open(f"{base}/core_id") as b:
+                key = (a.read().strip(), b.read().strip())
+        except OSError:
+            key = ("", str(cpu))
+        first.setdefault(key, cpu)
+    return sorted(first.values()) or allowed
+
+
+def pin_to_core(index: int) -> None:
+    """Pin this process to the ``index``-th physical core, so CPU "devices" (one core each) never share a
+    core's SMT siblings; a no-op where affinity cannot be set."""
+    cores = physical_cores()
+    try:
+        os.sched_setaffinity(0, {cores[index % len(cores)]})
+    except (AttributeError, OSError):
+        pass
+
+
 def threads_note() -> str:
     return f"torch threads={torch.get_num_threads()} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -60,6 +61,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
     import torch
 
     from oracle.benchmark.source import BenchmarkSource
+    from oracle.benchmark.timing import pin_to_core
     from oracle.config import RunConfig
     from oracle.projector import project
     from raytune_primus.e2e.trainer import run_job
@@ -88,6 +90,8 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         # each round measures the layers again (the cache serves the first) and reruns every job; the fastest
         # of the rounds is kept on both sides, since other work on a shared machine only ever slows a run down
         torch.set_num_threads(1)  # one device = one core, as each trainer process
+        affinity = os.sched_getaffinity(0)
+        pin_to_core(0)
         try:
             src = BenchmarkSource(benchmark_gpus=1, bencher_options={
                 "cache_dir": cache_dir, "use_cache": use_cache and rnd == 0, "repeats": repeats, "warmup": 3,
@@ -101,6 +105,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
                         best[spec.key()] = m
         finally:
             torch.set_num_threads(threads)
+            os.sched_setaffinity(0, affinity)
         for job in todo:
             log(f"round {rnd + 1}/{rounds}: running {job.name} ({job.world} process{'es' if job.world > 1 else ''}) ...")
             res = run_job(job)

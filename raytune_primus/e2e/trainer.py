@@ -28,6 +28,7 @@ from torch import nn
 
 from oracle.benchmark import torch_layers as tl
 from oracle.benchmark.spec import LayerSpec, layer_spec
+from oracle.benchmark.timing import pin_to_core
 from oracle.config import RunConfig
 from oracle.scaling import downscale
 
@@ -186,6 +187,8 @@ def _batches(run: RunConfig, n_micro: int, seed: int) -> tuple[torch.Tensor, tor
 
 def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
     job = json.loads(job_json)
+    if int(job["threads"]) == 1:
+        pin_to_core(rank)
     torch.set_num_threads(int(job["threads"]))
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     world = int(job["config"]["cluster"]["num_gpus"])
