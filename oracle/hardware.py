@@ -18,12 +18,13 @@ GB means 10^9 bytes (bandwidths), GiB means 2^30 bytes (capacities).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hardware import PROFILE_DIR
-from oracle.errors import HardwareProfileError, InvalidConfigError
+from oracle.errors import HardwareProfileError, InvalidConfigError, clip
 from oracle.registry import YamlRegistry
 from oracle.schema import unknown_key_problems
 from oracle.units import GB, GIB, TFLOPS, US
@@ -177,6 +178,13 @@ def _section(data: dict, key: str, where: str, problems: list[str], required: bo
     return sec
 
 
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool = True,
          required: bool = True, integer: bool = False) -> float | None:
     if key not in sec or sec[key] is None:
@@ -185,7 +193,10 @@ def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool
         return None
     v = sec[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        problems.append(f"{where}.{key}={v!r} must be a number")
+        problems.append(f"{where}.{key}={clip(repr(v), 80)} must be a number")
+        return None
+    if not _finite(v):  # NaN, inf, or an integer beyond any float
+        problems.append(f"{where}.{key}={clip(repr(v), 80)} must be a finite number")
         return None
     if integer and not float(v).is_integer():
         problems.append(f"{where}.{key}={v!r} must be a whole number")
@@ -225,8 +236,8 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
                 continue
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                p.append(f"{where}.compute.peak_tflops.{dt}={v!r} must be a positive number")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v <= 0:
+                p.append(f"{where}.compute.peak_tflops.{dt}={clip(repr(v), 80)} must be a positive number")
             else:
                 peaks[str(dt)] = float(v) * TFLOPS
         if "bf16" not in peaks:
@@ -283,8 +294,8 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         if not isinstance(src, str) or not src.strip():
             p.append(f"{where}.efficiency.{fname} needs a non-empty 'source' saying where the value came from")
         v = entry["value"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            p.append(f"{where}.efficiency.{fname}.value={v!r} must be a number >= 0")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0:
+            p.append(f"{where}.efficiency.{fname}.value={clip(repr(v), 80)} must be a finite number >= 0")
             continue
         if fname in _FRACTIONS and v > 1:
             p.append(f"{where}.efficiency.{fname}.value={v!r} is a fraction of peak and must be <= 1")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oracle.errors import InvalidConfigError
+from oracle.errors import InvalidConfigError, clip
 from oracle.layout import Layout
 from oracle.pipeline.schedules import SCHEDULES, get_schedule
 
@@ -17,6 +17,8 @@ def _divides(a: int, b: int) -> bool:
 
 MAX_STAGES_PER_LAYER = 64
 """pp*vpp above this many times (layers + embedding + loss) is refused before any layout is built."""
+MAX_BATCH = {"seq_len": 2**30, "gbs": 2**30, "mbs": 2**30}
+"""Largest accepted sequence length (tokens; the model cards' max_seq_len bound) and batch sizes (sequences)."""
 MAX_MICROBATCHES = 65_536
 """Micro-batches per iteration the pipeline simulator accepts (~0.4 ms each on a 2-core CPU: ~30 s at
 the limit); published recipes use at most a few thousand."""
@@ -32,7 +34,12 @@ def check(run: RunConfig) -> list[str]:
             p.append(f"training.{k}={getattr(t, k)} must be >= 1")
     if p:
         return p
-    # absurd depths end here, before a layout lists every virtual stage (a fuzzed vpp of 1e16 ran out of memory)
+    # absurd sizes end here, before a layout lists every virtual stage (a fuzzed vpp of 1e16 ran out of memory)
+    # or a projection overflows a float (a seq_len of 10**400)
+    big = [f"training.{k}={clip(f'{getattr(t, k):,}', 60)} is absurd: at most {limit:,}"
+           for k, limit in MAX_BATCH.items() if getattr(t, k) > limit]
+    if big:
+        return big
     if t.pp > n or t.pp * t.vpp > MAX_STAGES_PER_LAYER * (m.num_layers + m.mtp_layers + 2):
         return [f"pp*vpp = {t.pp}*{t.vpp} pipeline stages cannot be laid out: {n} GPUs, {m.num_layers} layers "
                 f"of {m.name}"]

@@ -370,7 +370,7 @@ def kinds() -> dict[str, Kind]:
                           _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "hf-config-mla": Kind("hf-config-mla", lambda: json.loads((ROOT / "tests/fixtures/hf/deepseek-v3/config.json")
                                                                   .read_text()),
-                              _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf, examples=25),
+                              _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
     }
 

@@ -59,7 +59,9 @@ def _write(tmp_path, name, text):
     ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\n"
      "training: {seq_len: 8192, gbs: 128, tp: 4, pp: 4, vpp: 70666488190934110}\n", "pp*vpp = 4*70666488190934110"),
     ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\n"
-     "training: {seq_len: 8192, gbs: 10000000000000000, tp: 4, pp: 4, vpp: 5}\n", "micro-batches"),
+     "training: {seq_len: 8192, gbs: 536870912, tp: 4, pp: 4, vpp: 5}\n", "134,217,728 micro-batches"),
+    ("model: llama3.1-70b\ncluster: {hardware: h100-sxm, num_gpus: 64}\n"
+     "training: {seq_len: 8192, gbs: 10000000000000000, tp: 4, pp: 4, vpp: 5}\n", "gbs=10,000,000,000,000,000"),
     ("model: {name: big, num_layers: 1000000000, hidden_size: 64, num_attention_heads: 4, vocab_size: 100, "
      "ffn_hidden_size: 128}\ncluster: {hardware: h100-sxm, num_gpus: 8}\ntraining: {seq_len: 2048, gbs: 8}\n",
      "num_layers=1,000,000,000 is absurd"),
@@ -91,6 +93,7 @@ def test_a_5000_character_hardware_name_is_a_one_line_error(tmp_path):
     ({"num_gpus": "inf"}, "num_gpus='inf'"),
     ({"num_gpus": "1e400"}, "num_gpus='1e400'"),
     ({"tp": "x" * 5000}, "characters"),
+    ({"seq_len": "9" * 400}, "is absurd: at most 1,073,741,824"),
 ])
 def test_bad_csv_cells_skip_the_row_with_a_reason(tmp_path, cells, named):
     import csv
@@ -139,3 +142,18 @@ def test_hf_configs_of_the_wrong_shape_are_named(tmp_path, doc, named):
     out = run_cli(["models", "import", str(p)])
     check_cli(out, named)
     assert out.rc == 2 and named in out.stderr, out.stderr
+
+
+def test_hardware_numbers_must_be_finite(tmp_path):
+    import yaml
+    doc = yaml.safe_load((Path(__file__).parents[1] / "hardware" / "h100-sxm.yaml").read_text())
+    doc["network"]["inter_pod"]["pod_size"] = -(10**80)
+    doc["memory"]["hbm_capacity_gib"] = float("nan")
+    doc["compute"]["peak_tflops"]["fp8"] = float("inf")
+    p = tmp_path / "profile.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    out = run_cli(["hardware", "show", str(p)])
+    check_cli(out, "non-finite hardware numbers")
+    assert out.rc == 2
+    for named in ("pod_size=-1000", "hbm_capacity_gib=nan must be a finite number", "peak_tflops.fp8=inf"):
+        assert named in out.stderr, out.stderr
