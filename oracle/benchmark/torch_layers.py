@@ -216,7 +216,12 @@ class Permute(nn.Module):
         self.register_buffer("pair_index", torch.tensor(flat, dtype=torch.long), persistent=False)
         self.register_buffer("token_index", torch.tensor(flat, dtype=torch.long) // topk, persistent=False)
         self.register_buffer("valid", torch.tensor(valid), persistent=False)
-        self.experts, self.per = experts, per
+        inverse = [0] * pairs  # row of each token copy in the expert-ordered buffer
+        for r, (p, ok) in enumerate(zip(flat, valid)):
+            if ok:
+                inverse[p] = r
+        self.register_buffer("inverse", torch.tensor(inverse, dtype=torch.long), persistent=False)
+        self.experts, self.per, self.topk = experts, per, topk
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.index_select(0, self.token_index).view(self.experts, self.per, x.shape[-1])
@@ -235,7 +240,8 @@ class GroupedLinear(nn.Module):
 
 
 class Unpermute(nn.Module):
-    """Weight each expert output row by its router score and scatter-add back to its token."""
+    """Gather each token's k expert outputs back into token order and sum them weighted by the router scores
+    (a gather, not an atomic scatter: every token has exactly k copies)."""
 
     def __init__(self, permute: Permute, tokens: int) -> None:
         super().__init__()
@@ -244,10 +250,8 @@ class Unpermute(nn.Module):
 
     def forward(self, y: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         p = self.p[0]
-        w = scores.reshape(-1).index_select(0, p.pair_index) * p.valid.to(scores.dtype)
-        rows = y.reshape(-1, y.shape[-1]) * w.to(y.dtype)[:, None]
-        out = torch.zeros(self.tokens, y.shape[-1], dtype=y.dtype, device=y.device)
-        return out.index_add(0, p.token_index, rows)
+        rows = y.reshape(-1, y.shape[-1]).index_select(0, p.inverse).view(self.tokens, p.topk, y.shape[-1])
+        return (rows * scores.to(y.dtype).unsqueeze(-1)).sum(dim=1)
 
 
 class MoE(nn.Module):

@@ -86,8 +86,12 @@ class EPMoE(nn.Module):
         self.experts_down = tl.GroupedLinear(E_l, s.expert_ffn, s.hidden)
         self.shared_mlp = tl.MLP(s.hidden, s.shared_ffn, s.activation, s.linear_bias) if s.shared_ffn else None
         order = sorted(range(pairs), key=lambda p: ((p % E) // E_l, (p % E) % E_l, p))
-        self.register_buffer("pair_index", torch.tensor(order), persistent=False)
+        inverse = [0] * pairs
+        for r, p in enumerate(order):
+            inverse[p] = r
         self.register_buffer("token_index", torch.tensor(order) // s.topk, persistent=False)
+        self.register_buffer("inverse", torch.tensor(inverse), persistent=False)
+        self.topk = s.topk
         self.ep, self.E_l, self.m = ep, E_l, pairs // E
         self.tokens = s.tokens
 
@@ -101,10 +105,8 @@ class EPMoE(nn.Module):
         local = recv.transpose(0, 1).reshape(self.E_l, self.ep * self.m, H)
         y = self.experts_down(self.experts_act(self.experts_up(local)))
         back = y.view(self.E_l, self.ep, self.m, H).transpose(0, 1).reshape(-1, H)
-        rows = _AllToAll.apply(back)
-        w = scores.reshape(-1).index_select(0, self.pair_index).to(rows.dtype)
-        out = torch.zeros(self.tokens, H, dtype=rows.dtype, device=rows.device)
-        out = out.index_add(0, self.token_index, rows * w[:, None]).view(shape)
+        rows = _AllToAll.apply(back).index_select(0, self.inverse).view(self.tokens, self.topk, H)
+        out = (rows * scores.to(rows.dtype).unsqueeze(-1)).sum(dim=1).view(shape)
         if self.shared_mlp is not None:
             out = out + self.shared_mlp(x)
         return out

@@ -57,6 +57,14 @@ def test_balanced_dispatch_gives_every_expert_the_same_rows():
     assert sorted(p.pair_index[p.valid.bool()].tolist()) == list(range(30))
 
 
+def test_unpermute_inverts_permute_weighted_by_scores():
+    p = tl.Permute(tokens=10, topk=3, experts=4)
+    u = tl.Unpermute(p, tokens=10)
+    x = torch.randn(10, 8)
+    scores = torch.rand(10, 3)
+    assert torch.allclose(u(p(x), scores), x * scores.sum(dim=1, keepdim=True), atol=1e-5)
+
+
 def test_moe_layer_routes_gradients_to_router_and_experts():
     spec = _spec(kind="moe", ffn=0, experts=4, router_experts=16, topk=2, expert_ffn=32, shared_ffn=32)
     layer = tl.build(spec, "cpu")
