@@ -142,8 +142,8 @@ def test_gantt_source_and_pp1():
 
 def test_modes():
     run = run_of(tp=8)
-    with pytest.raises(BenchmarkError, match="not available in this version yet"):
-        project(run, mode="benchmark")
+    with pytest.raises(BenchmarkError, match="needs measured layer times.*BenchmarkSource"):
+        project(run, mode="benchmark")  # benchmark mode takes its source (oracle.benchmark)
     with pytest.raises(InvalidConfigError, match="mode='fast'"):
         project(run, mode="fast")
 
