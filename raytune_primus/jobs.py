@@ -254,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         from searchers.experiment import load_experiment
 
         apply_ray_environment()
+        if args.suite:  # every suite experiment; results (suite.json) only where --results says
+            return run_compare_command(args)[0]
+        if not args.experiment:
+            from oracle.errors import InvalidConfigError
+            raise InvalidConfigError("an experiment (a bundled name or a YAML path) is needed, or --compare --suite")
         exp = load_experiment(args.experiment)
         results = Path(args.results) if args.results else default_results_dir(exp.name)
         if not results.is_absolute() and "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:

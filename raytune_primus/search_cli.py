@@ -61,9 +61,10 @@ def _searcher_names() -> str:
 
 
 # ---------------------------------------------------------------------------------- the arguments, once
-def add_experiment_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("experiment", help="experiment YAML, or the name of a bundled one (raytune-primus experiments "
-                                      "list)")
+def add_experiment_argument(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    p.add_argument("experiment", nargs="?" if optional else None,
+                   help="experiment YAML, or the name of a bundled one (raytune-primus experiments list)"
+                        + ("; omit with --suite" if optional else ""))
 
 
 def add_run_arguments(p: argparse.ArgumentParser, *, driver: bool = True) -> None:
@@ -109,6 +110,15 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the best-so-far curves here")
 
 
+def add_suite_arguments(p: argparse.ArgumentParser) -> None:
+    """``compare --suite``: every searcher on every suite experiment (searchers.suite)."""
+    p.add_argument("--suite", action="store_true",
+                   help="compare on every experiment of the suite (searchers.suite.SUITE, 8 to 1,024 GPUs) and print "
+                        "one table; the optima are computed once and cached under results/optima")
+    p.add_argument("--experiments", nargs="+", metavar="NAME",
+                   help="--suite: only these experiments (bundled names or YAML paths), in this order")
+
+
 def add_search_commands(sub: Any) -> None:
     """Add ``tune``, ``compare`` and ``experiments`` to the ``raytune-primus`` sub-command parser."""
     commands = (
@@ -117,12 +127,15 @@ def add_search_commands(sub: Any) -> None:
          "the winner with its projection and the ledger.", add_tune_arguments, cmd_tune),
         ("compare", "run several searchers over several seeds against the exhaustive optimum",
          "Run every searcher on equal budgets over several seeds and compare them with the exhaustive optimum of "
-         "the space (paper Sec. 5).", add_compare_arguments, cmd_compare))
+         "the space (paper Sec. 5); with --suite, on every experiment of the suite.", add_compare_arguments,
+         cmd_compare))
     for name, short, description, add_own, func in commands:
         p = sub.add_parser(name, help=short, description=description)
-        add_experiment_argument(p)
+        add_experiment_argument(p, optional=name == "compare")
         add_run_arguments(p)
         add_own(p)
+        if name == "compare":
+            add_suite_arguments(p)
         p.set_defaults(func=func)
 
     ex = sub.add_parser("experiments", help="list the bundled experiments, or show one",
@@ -138,11 +151,12 @@ def build_job_parser() -> argparse.ArgumentParser:
     """``python -m raytune_primus.jobs``: tune (or, with --compare, compare) on Ray, same arguments."""
     from raytune_primus import jobs
     p = argparse.ArgumentParser(prog="python -m raytune_primus.jobs", description=jobs.__doc__.splitlines()[0])
-    add_experiment_argument(p)
+    add_experiment_argument(p, optional=True)
     p.add_argument("--compare", action="store_true", help="compare searchers instead of running one")
     add_run_arguments(p, driver=False)
     add_tune_arguments(p)
     add_compare_arguments(p)
+    add_suite_arguments(p)
     p.set_defaults(driver="ray")
     return p
 
@@ -205,6 +219,12 @@ def run_compare_command(args: argparse.Namespace, *, results: Path | None = None
     """Run ``compare`` as parsed (``results`` overrides --results); (exit status, summary)."""
     from raytune_primus.jobs import compare_experiment
 
+    if getattr(args, "suite", False):
+        return run_suite_command(args)
+    if getattr(args, "experiments", None):
+        raise InvalidConfigError("--experiments only applies with --suite")
+    if not args.experiment:
+        raise InvalidConfigError("compare needs an experiment (a bundled name or a YAML path), or --suite")
     exp = _load(args.experiment)
     if args.searchers:
         from searchers.base import available
@@ -233,6 +253,55 @@ def run_compare_command(args: argparse.Namespace, *, results: Path | None = None
 
 def cmd_compare(args: argparse.Namespace) -> int:
     return run_compare_command(args)[0]
+
+
+def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """``compare --suite``: every searcher on every suite experiment; one table (or JSON with compare's keys
+    per experiment). The optima come from the on-disk cache (searchers.suite.DEFAULT_OPTIMA_CACHE)."""
+    from searchers.suite import format_suite_table, run_suite
+
+    if args.experiment:
+        raise InvalidConfigError(f"--suite takes no experiment argument (got {args.experiment!r}); "
+                                 f"use --experiments NAME... to choose a subset")
+    if args.plot:
+        raise InvalidConfigError("--plot draws one experiment's curves; it does not apply with --suite")
+    if args.searchers:
+        from searchers.base import available
+        names = available()
+        bad = [s for s in args.searchers if s not in names]
+        if bad:
+            raise InvalidConfigError([f"--searchers: unknown searcher {s!r}; valid: {', '.join(names)}" for s in bad])
+    seeds: int | list[int] = list(args.seed_list) if args.seed_list else args.seeds
+    if args.driver == "ray":
+        from raytune_primus.jobs import _connect
+        from raytune_primus.runtime import init_ray
+        from raytune_primus.tuner import compare_on_ray
+        init_ray(args.address, **_connect(args.connect_timeout))
+
+        def compare_fn(exp, budget, seeds, searchers, *, evaluator, optimum):
+            return compare_on_ray(exp, budget, seeds, searchers, evaluator=evaluator, optimum=optimum)
+    else:
+        from searchers.driver import compare as compare_fn
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    summary = run_suite(compare_fn, experiments=args.experiments, budget=args.budget or 30, seeds=seeds,
+                        searchers=args.searchers, progress=say)
+    summary["driver"] = args.driver
+    if args.results:
+        from raytune_primus.jobs import write_json
+        out = Path(args.results)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "suite.json", summary)
+    if args.format == "json":
+        from raytune_primus.jobs import _json_safe
+        json.dump(_json_safe(summary), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(format_suite_table(summary))
+    return 0, summary
 
 
 def cmd_experiments(args: argparse.Namespace) -> int:

@@ -483,13 +483,15 @@ def _search_job(args: tuple) -> dict[str, Any]:
 def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int] = 5,
                    searchers: Sequence[str] | None = None, *, evaluator: Any = None,
                    ledger_path: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
-                   num_actors: int | None = None, batch_size: int = 500) -> dict[str, Any]:
+                   num_actors: int | None = None, batch_size: int = 500,
+                   optimum: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`searchers.driver.compare`, with the exhaustive sweep and every (searcher, seed) search
     spread over the Ray cluster; the summary is identical to the in-process one.
 
     The searches run in parallel on pool actors, each with its own ledger; their rows are merged into
     ``ledger_path`` and ``compare`` then replays every run from it (a finished run resumes instantly),
-    so the aggregation is the in-process code's. The optimum comes from the pool's batched sweep.
+    so the aggregation is the in-process code's. The optimum comes from the pool's batched sweep, unless
+    ``optimum`` (one computed and cached elsewhere, e.g. by ``compare --suite``) is given.
     """
     from raytune_primus.pool import ScoringPool
     from searchers import driver
@@ -513,8 +515,11 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
                 copied.append(len(rows))
         with ScoringPool(evaluator, exp.space.baseline, num_actors=num_actors, batch_size=batch_size) as pool:
             t0 = time.perf_counter()
-            opt = sweep_optimum(pool, exp.space)
-            opt["wall_s"] = time.perf_counter() - t0
+            if optimum is None:
+                opt = sweep_optimum(pool, exp.space)
+                opt["wall_s"] = time.perf_counter() - t0
+            else:
+                opt = optimum
             pool.map(_search_job, jobs)
         for job, n_old in zip(jobs, copied):
             earlier.extend(Ledger(job[-1]).rows[n_old:])

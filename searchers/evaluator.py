@@ -118,6 +118,13 @@ class OracleEvaluator:
             return None
         return float(tokens_per_s_per_gpu_upper_bound(run))
 
+    def throughput_bound(self, run: RunConfig) -> float:
+        """A provable upper bound on tokens/s/GPU for any schedule (``tokens_per_s_per_gpu_upper_bound``: the
+        pipeline's critical path plus the smallest post-flush terms); a few ms where a projection takes up to
+        hundreds, so exhaustive sweeps score points best-bound first and stop when no bound can beat the best."""
+        from oracle.projector import tokens_per_s_per_gpu_upper_bound
+        return float(tokens_per_s_per_gpu_upper_bound(run))
+
     @property
     def version(self) -> str:
         """The oracle fingerprint (code + cards + profiles) that a ledger row records."""
