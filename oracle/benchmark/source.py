@@ -124,7 +124,8 @@ class MeasuredLayerModel:
             factor = up / raw if raw > 0 else self.plan.tp_compute_scale
             attn = m.ops["attn_core"].f_s * self._op_factor("attn_core") if "attn_core" in m.ops else 0.0
         else:
-            factor, attn = self.plan.tp_compute_scale / (self.fp8 if self.fp8 != 1 else 1.0), 0.0
+            # no per-op times: the whole layer takes the TP factor and the fp8 speed-up (an upper bound on fp8's gain)
+            factor, attn = self.plan.tp_compute_scale / self.fp8, 0.0
         s = _Scaled(m, m.f_s * factor, m.b_s * factor, m.w_s * factor, attn, factor)
         self.scaled[key] = s
         return s
@@ -134,8 +135,10 @@ class MeasuredLayerModel:
         c = self.sim.layer(kind, window)
         # measured compute replaces the analytical; collectives stay analytical at the target; the MoE
         # dispatcher's host sync is inside the measured forward (framework overhead is measured, Sec. 3.1)
-        host = {f: 0.0 for f in ("host_f_s", "host_b_s") if hasattr(c, f)}
-        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s, **host)
+        extra: dict[str, Any] = {f: 0.0 for f in ("host_f_s", "host_b_s") if hasattr(c, f)}
+        if hasattr(c, "ops"):
+            extra["ops"] = ()  # the analytical op graph's prices do not describe a measured layer
+        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s, **extra)
 
     def embedding(self) -> tuple[float, float]:
         m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "embedding"))
