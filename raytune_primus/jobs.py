@@ -32,8 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oracle.errors import PrimusError
+from oracle.errors import InvalidConfigError, PrimusError
 from oracle.units import GIB
+from raytune_primus.search_args import (add_compare_arguments, add_experiment_argument, add_run_arguments,
+                                        add_suite_arguments, add_tune_arguments)
 
 EXIT_OK, EXIT_ALL_ERRORED, EXIT_USAGE = 0, 1, 2
 
@@ -117,7 +119,6 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
     deletes it first).
     """
     if budget is not None and budget < 1:
-        from oracle.errors import InvalidConfigError
         raise InvalidConfigError(f"budget={budget} must be a positive integer (trials)")
     results = Path(results_dir).resolve()
     if fresh:
@@ -146,7 +147,6 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
                           timer=timer, progress=progress, hook=hook)
         ray_info = _ray_info(how)
     else:
-        from oracle.errors import InvalidConfigError
         raise InvalidConfigError(f"driver={driver!r} is not one of ray | inprocess")
     summary: dict[str, Any] = {**result.summary(), "ray": ray_info}  # the same keys whichever driver ran it
     if summary.get("winner"):
@@ -225,7 +225,6 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
         summary["driver"] = "ray"
         summary["ray"] = _ray_info(how)
     else:
-        from oracle.errors import InvalidConfigError
         raise InvalidConfigError(f"driver={driver!r} is not one of inprocess | ray")
     if plot is not None:
         from raytune_primus.plots import compare_curves
@@ -238,26 +237,154 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
     return _json_safe(summary)
 
 
+# ---------------------------------------------------------------------------------- the commands
+def _load(name: str) -> Any:
+    from searchers.experiment import load_experiment
+
+    return load_experiment(name)
+
+
+def run_tune_command(args: argparse.Namespace, *, results_default: bool = True) -> tuple[int, dict[str, Any]]:
+    """Run ``tune`` as parsed; (exit status, summary). Exit 1 when every Tune trial errored."""
+    exp = _load(args.experiment)
+    results = Path(args.results) if args.results else default_results_dir(exp.name)
+    summary = tune_experiment(exp, results, driver=args.driver, searcher=args.searcher, budget=args.budget,
+                              seed=args.seed, address=args.address, max_concurrent=args.max_concurrent,
+                              max_failures=args.max_failures, benchmark_gpus=args.benchmark_gpus,
+                              fresh=args.fresh, progress=not args.quiet, connect_timeout_s=args.connect_timeout)
+    if args.format == "json":
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(format_tune_summary(summary))
+        table = _projection_table(exp, summary)
+        if table:
+            print()
+            print(table)
+    if not summary.get("ok", True):
+        print(f"error: all {summary.get('tune_trials', 0)} Tune trials errored (see {results / 'tune'})",
+              file=sys.stderr)
+        return 1, summary
+    return 0, summary
+
+
+def _projection_table(exp, summary: dict[str, Any]) -> str | None:
+    """The winner's projection table (real oracle modes only; the synthetic one has no table)."""
+    w = summary.get("winner")
+    if not w or exp.oracle_mode not in ("simulate", "benchmark", "both"):
+        return None
+    import dataclasses
+
+    from oracle.projector import project
+    from raytune_primus.report import projection_table
+    run = dataclasses.replace(exp.space.baseline, training=exp.space.baseline.training.replace(**w["config"]))
+    try:
+        return projection_table(project(run, mode="simulate" if exp.oracle_mode != "benchmark" else "benchmark"))
+    except PrimusError as exc:  # the search result stands; say why its table is missing
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"(no projection table for the winner: {type(exc).__name__}: {first})"
+
+
+def run_compare_command(args: argparse.Namespace, *, results: Path | None = None) -> tuple[int, dict[str, Any]]:
+    """Run ``compare`` as parsed (``results`` overrides --results); (exit status, summary)."""
+    if not args.experiment:
+        raise InvalidConfigError("compare needs an experiment (a bundled name or a YAML path), or --suite")
+    exp = _load(args.experiment)
+    if args.searchers:
+        from searchers.base import available
+        names = available()
+        bad = [s for s in args.searchers if s not in names]
+        if bad:
+            raise InvalidConfigError([f"--searchers: unknown searcher {s!r}; valid: {', '.join(names)}" for s in bad])
+    if results is None and args.results:
+        results = Path(args.results)
+    seeds: int | list[int] = list(args.seed_list) if args.seed_list else args.seeds
+    summary = compare_experiment(exp, results, driver=args.driver, budget=args.budget or 30, seeds=seeds,
+                                 searchers=args.searchers, plot=args.plot, address=args.address,
+                                 connect_timeout_s=args.connect_timeout)
+    if args.format == "json":
+        json.dump(summary, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        from searchers.driver import format_table
+        print(format_table(summary))
+        if args.plot:
+            print(f"\nplot written to {args.plot}")
+        if results is not None:
+            print(f"ledger: {(results / 'ledger.parquet').resolve()}\nsummary: {(results / 'summary.json').resolve()}")
+    return 0, summary
+
+
+def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """``compare --suite``: every searcher on every suite experiment; one table (or JSON with compare's keys
+    per experiment). The optima come from the on-disk cache (searchers.suite.DEFAULT_OPTIMA_CACHE)."""
+    from searchers.suite import format_suite_table, run_suite
+
+    if args.experiment:
+        raise InvalidConfigError(f"--suite takes no experiment argument (got {args.experiment!r}); "
+                                 f"use --experiments NAME... to choose a subset")
+    if args.plot:
+        raise InvalidConfigError("--plot draws one experiment's curves; it does not apply with --suite")
+    if args.searchers:
+        from searchers.base import available
+        names = available()
+        bad = [s for s in args.searchers if s not in names]
+        if bad:
+            raise InvalidConfigError([f"--searchers: unknown searcher {s!r}; valid: {', '.join(names)}" for s in bad])
+    seeds: int | list[int] = list(args.seed_list) if args.seed_list else args.seeds
+    if args.driver == "ray":
+        from raytune_primus.runtime import init_ray
+        from raytune_primus.tuner import compare_on_ray
+        init_ray(args.address, **_connect(args.connect_timeout))
+
+        def compare_fn(exp, budget, seeds, searchers, *, evaluator, optimum):
+            return compare_on_ray(exp, budget, seeds, searchers, evaluator=evaluator, optimum=optimum)
+    else:
+        from searchers.driver import compare as compare_fn
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    summary = run_suite(compare_fn, experiments=args.experiments, budget=args.budget or 30, seeds=seeds,
+                        searchers=args.searchers, progress=say)
+    summary["driver"] = args.driver
+    if args.results:
+        out = Path(args.results)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "suite.json", summary)
+    if args.format == "json":
+        json.dump(_json_safe(summary), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(format_suite_table(summary))
+    return 0, summary
+
+
 # ---------------------------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
     """The job's arguments: those of ``raytune-primus tune`` and ``compare`` (one definition, in
-    raytune_primus.search_cli) plus ``--compare``; the driver is always Ray."""
-    from raytune_primus.search_cli import build_job_parser
-    return build_job_parser()
+    raytune_primus.search_args) plus ``--compare``; the driver is always Ray."""
+    p = argparse.ArgumentParser(prog="python -m raytune_primus.jobs", description=__doc__.splitlines()[0])
+    add_experiment_argument(p, optional=True)
+    p.add_argument("--compare", action="store_true", help="compare searchers instead of running one")
+    add_run_arguments(p, driver=False)
+    add_tune_arguments(p)
+    add_compare_arguments(p)
+    add_suite_arguments(p)
+    p.set_defaults(driver="ray")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from raytune_primus.runtime import apply_ray_environment
-        from raytune_primus.search_cli import run_compare_command, run_tune_command
         from searchers.experiment import load_experiment
 
         apply_ray_environment()
         if args.suite:  # every suite experiment; results (suite.json) only where --results says
-            return run_compare_command(args)[0]
+            return run_suite_command(args)[0]
         if not args.experiment:
-            from oracle.errors import InvalidConfigError
             raise InvalidConfigError("an experiment (a bundled name or a YAML path) is needed, or --compare --suite")
         exp = load_experiment(args.experiment)
         results = Path(args.results) if args.results else default_results_dir(exp.name)

@@ -137,7 +137,7 @@ def test_search_commands_are_not_dropped_when_their_module_fails_to_import(monke
 def test_a_winner_projection_error_is_shown_not_dropped(monkeypatch):
     import oracle.projector
     from oracle.errors import InvalidConfigError
-    from raytune_primus.search_cli import _projection_table
+    from raytune_primus.jobs import _projection_table
     from searchers.experiment import load_experiment
 
     def refuse(run, mode="simulate", **kwargs):
