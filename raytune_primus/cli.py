@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle.errors import PrimusError, clip
+from oracle.units import GIB
 
 EXIT_USAGE = 2
 MAX_ERROR_LINE = 1000
@@ -185,7 +186,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             h = load_hardware(name)
             rows.append([name, h.vendor, f"{h.peak_flops_per_s['bf16'] / 1e12:,.0f}",
                          f"{h.peak_flops_per_s['fp8'] / 1e12:,.0f}" if h.supports("fp8") else "-",
-                         f"{h.hbm_capacity_bytes / 2**30:,.0f}", f"{h.hbm_bandwidth_bytes_per_s / 1e9:,.0f}",
+                         f"{h.hbm_capacity_bytes / GIB:,.0f}", f"{h.hbm_bandwidth_bytes_per_s / 1e9:,.0f}",
                          str(h.gpus_per_node), str(h.scale_up_domain_size)])
         print(table(rows, ["name", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s", "GPUs/node",
                            "scale-up"], "llrrrrrr"))
@@ -195,9 +196,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     h = load_hardware(args.name)
     info = {"name": h.name, "vendor": h.vendor, "arch": h.arch, "description": h.description,
             "peak_tflops": {k: v / 1e12 for k, v in h.peak_flops_per_s.items()},
-            "num_compute_units": h.num_compute_units, "hbm_capacity_gib": h.hbm_capacity_bytes / 2**30,
+            "num_compute_units": h.num_compute_units, "hbm_capacity_gib": h.hbm_capacity_bytes / GIB,
             "hbm_bandwidth_gb_per_s": h.hbm_bandwidth_bytes_per_s / 1e9,
-            "runtime_reserved_gib": h.runtime_reserved_bytes / 2**30, "memory_cap_gib": h.memory_cap_bytes() / 2**30,
+            "runtime_reserved_gib": h.runtime_reserved_bytes / GIB, "memory_cap_gib": h.memory_cap_bytes() / GIB,
             "gpus_per_node": h.gpus_per_node, "scale_up_domain_size": h.scale_up_domain_size,
             "scale_up_gb_per_s": h.scale_up_bandwidth_bytes_per_s / 1e9,
             "scale_out_gb_per_s": h.scale_out_bandwidth_bytes_per_s / 1e9,

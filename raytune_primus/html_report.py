@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle.errors import InvalidConfigError
+from oracle.units import GIB
 
 REPORT_NAME = "report.html"
 CALIBRATION_NAME = "calibration.json"
@@ -207,9 +208,9 @@ def _projection_section(out: list[str], plots: list[Path], results: Path, label:
                                      title=f"{label}: memory per pipeline stage (* = worst stage, decides fits)"))
         out.append("<h2>Memory per pipeline stage</h2>" + _img(plots[-1], "memory per pipeline stage vs the cap"))
         if proj is not None:
-            rows = [[f"stage {s.rank}", _gib(s.params_bytes / 2**30), _gib(s.grads_bytes / 2**30),
-                     _gib(s.optimizer_bytes / 2**30), _gib(s.activations_bytes / 2**30),
-                     _gib(s.other_bytes / 2**30), _gib(s.total_bytes / 2**30), f"{s.in_flight_microbatches:g}"]
+            rows = [[f"stage {s.rank}", _gib(s.params_bytes / GIB), _gib(s.grads_bytes / GIB),
+                     _gib(s.optimizer_bytes / GIB), _gib(s.activations_bytes / GIB),
+                     _gib(s.other_bytes / GIB), _gib(s.total_bytes / GIB), f"{s.in_flight_microbatches:g}"]
                     for s in proj.memory.stages]
             out.append(_table(rows, ["stage", "params GiB", "grads GiB", "optimizer GiB", "activations GiB",
                                      "other GiB", "total GiB", "micro-batches in flight"]))
