@@ -22,10 +22,10 @@ from typing import Any
 
 from oracle.benchmark.measurement import Measurement
 from oracle.benchmark.spec import LayerSpec, layer_spec, run_layer_specs
-from oracle.compute import LayerCost, LayerModel
+from oracle.compute import CommPart, LayerCost, LayerModel
 from oracle.config import RunConfig
 from oracle.errors import BenchmarkError
-from oracle.layout import Layout
+from oracle.layout import GroupSpec, Layout
 from oracle.projector import LayerTimeSource, project
 from oracle.scaling import BenchPlan, downscale
 
@@ -34,6 +34,38 @@ from oracle.scaling import BenchPlan, downscale
 GEMM_OPS = ("qkv", "attn_out", "mlp_up", "mlp_down", "experts_up", "experts_down", "shared_mlp")
 EXPERT_OPS = ("permute", "experts_up", "experts_act", "experts_down", "unpermute")
 REPLICATED_OPS = ("router",)
+BF16 = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Anchor:
+    """A collective measured on the benchmark layout and the model's price of the same collective."""
+
+    kind: str
+    group: GroupSpec
+    model_nbytes: float
+    """Size as the communication model takes it (gathered size for all_gather/reduce_scatter)."""
+    per_rank_nbytes: int
+    """Size as torch.distributed takes it per rank."""
+
+
+def _anchors(run: RunConfig, plan: BenchPlan) -> dict[str, _Anchor]:
+    """The in-scope collectives of the benchmark layout: one TP collective of a layer activation
+    (all-gather with sequence parallelism, else all-reduce) and the MoE dispatch All-to-All."""
+    t, m = run.training, run.model
+    T = t.mbs * t.seq_len // t.cp
+    out: dict[str, _Anchor] = {}
+    if plan.tp > 1:
+        gathered = BF16 * T * m.hidden_size
+        if t.sp:
+            out["tp"] = _Anchor("all_gather", GroupSpec("tp", plan.tp, 1), gathered, gathered // plan.tp)
+        else:
+            out["tp"] = _Anchor("all_reduce", GroupSpec("tp", plan.tp, 1), gathered, gathered)
+    if plan.ep > 1 and m.is_moe:
+        tokens = T // plan.tp if t.sp else T
+        per_rank = BF16 * tokens * m.moe_topk * m.hidden_size
+        out["ep_a2a"] = _Anchor("all_to_all", GroupSpec("ep", plan.ep, plan.etp), per_rank, per_rank)
+    return out
 
 
 def fp8_speedup(run: RunConfig) -> float:
@@ -130,6 +162,24 @@ class MeasuredLayerModel:
         self.scaled[key] = s
         return s
 
+    def _anchored(self, comm: dict[str, CommPart]) -> dict[str, CommPart]:
+        """Target comm anchored to the benchmark's measured collectives: TP by the ratio form, EP by the delta
+        form (App. B.2); unchanged where nothing was measured."""
+        out = dict(comm)
+        for name, a in self.src.anchor_times(self.run).items():
+            part = out.get(name)
+            if part is None:
+                continue
+            if name == "tp" and a["analytical_bench_s"] > 0:
+                r = a["measured_s"] / a["analytical_bench_s"]
+                out[name] = CommPart(part.f_total_s * r, part.f_exposed_s * r, part.b_total_s * r, part.b_exposed_s * r,
+                                     part.algorithm)
+            elif name == "ep_a2a":
+                d = 2 * (a["measured_s"] - a["analytical_bench_s"])  # dispatch + combine, each direction
+                out[name] = CommPart(max(0.0, part.f_total_s + d), max(0.0, part.f_exposed_s + d),
+                                     max(0.0, part.b_total_s + d), max(0.0, part.b_exposed_s + d), part.algorithm)
+        return out
+
     def layer(self, kind: str, window: int | None = None) -> LayerCost:
         s = self._scale(kind, window)
         c = self.sim.layer(kind, window)
@@ -138,7 +188,8 @@ class MeasuredLayerModel:
         extra: dict[str, Any] = {f: 0.0 for f in ("host_f_s", "host_b_s") if hasattr(c, f)}
         if hasattr(c, "ops"):
             extra["ops"] = ()  # the analytical op graph's prices do not describe a measured layer
-        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s, **extra)
+        return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s,
+                                   comm=self._anchored(c.comm), **extra)
 
     def embedding(self) -> tuple[float, float]:
         m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "embedding"))
@@ -169,6 +220,8 @@ class BenchmarkSource(LayerTimeSource):
         self._bencher = bencher
         self._measure = measure
         self._bencher_options = dict(bencher_options or {})
+        self.collective_times: dict[str, float] = {}
+        """Measured collectives of benchmark layouts (CollectiveSpec key -> seconds)."""
 
     def __getstate__(self) -> dict[str, Any]:  # travels to device actors without its torch state
         d = dict(self.__dict__)
@@ -197,6 +250,27 @@ class BenchmarkSource(LayerTimeSource):
             m = self.timings[key] = self.bencher.measure(spec)
         return m
 
+    def anchor_times(self, run: RunConfig) -> dict[str, dict[str, float]]:
+        """Measured vs modelled benchmark-layout collectives ('tp', 'ep_a2a'), measuring them on first need
+        when the benchmark has more than one device; {} with one device (nothing is measurable)."""
+        plan = self.plan(run)
+        anchors = _anchors(run, plan)
+        if not anchors or plan.gpus < 2:
+            return {}
+        from oracle.projector import comm_model
+        specs = {name: _collective_spec(a) for name, a in anchors.items()}
+        missing = [s for s in specs.values() if s.key() not in self.collective_times]
+        if missing:
+            if not self._measure:
+                return {}
+            from oracle.benchmark.collectives import measure_collectives
+            self.collective_times.update(measure_collectives(missing, plan.gpus))
+        cm = comm_model(run.cluster.hardware, plan.gpus)
+        return {name: {"measured_s": self.collective_times[specs[name].key()],
+                       "analytical_bench_s": cm.cost(a.kind, a.group, a.model_nbytes).time_s,
+                       "collective": specs[name].key(), "form": "ratio" if name == "tp" else "delta"}
+                for name, a in anchors.items()}
+
     # LayerTimer protocol (raytune_primus.actors): shapes are spec keys, a measurement is a plain dict
     def shapes(self, run: RunConfig) -> list[str]:
         return [s.key() for s in self.specs(run).values()]
@@ -207,6 +281,7 @@ class BenchmarkSource(LayerTimeSource):
     def with_timings(self, timings: Mapping[str, Any]) -> "BenchmarkSource":
         new = BenchmarkSource(benchmark_gpus=self.benchmark_gpus, timings={**self.timings, **timings},
                               measure=False)
+        new.collective_times = dict(self.collective_times)
         return new
 
     def memory(self, run: RunConfig) -> Any:
@@ -283,6 +358,7 @@ class BenchmarkSource(LayerTimeSource):
             "fp8_gemm_speedup": fp8_speedup(run),
             "fp8_note": ("fp8 GEMMs timed in bf16 and divided by the profile's fp8/bf16 achievable GEMM "
                          "throughput ratio") if run.training.precision == "fp8" else "",
+            "collectives": self.anchor_times(run),
             "upscale": {
                 "measured_compute_s": bd.compute_s,
                 "pp_bubble_s": bd.bubble_s,
@@ -293,8 +369,16 @@ class BenchmarkSource(LayerTimeSource):
                 "ep_a2a_delta_s": comm.get("ep_a2a", {}).get("exposed_s", 0.0),
                 "tp_comm_s": comm.get("tp", {}).get("exposed_s", 0.0),
                 "comm_terms": comm,
-                "note": "single-process benchmark: no collective is measured, every comm term is the analytical "
-                        "model's at the target (A2A(bench) = 0, so the EP delta is the whole target A2A)",
+                "note": ("collectives of the benchmark layout measured on its devices anchor the model: TP by the "
+                         "ratio form, EP by the delta form (App. B.2); every other comm term is analytical at the target"
+                         if self.anchor_times(run) else
+                         "no collective is measured (one benchmark device, or nothing in scope), every comm term is "
+                         "the analytical model's at the target (A2A(bench) = 0, so the EP delta is the whole target A2A)"),
             },
             "optimizer_s": bd.optimizer_s,
         }
+
+
+def _collective_spec(a: _Anchor) -> Any:
+    from oracle.benchmark.collectives import CollectiveSpec
+    return CollectiveSpec(kind=a.kind, group_size=a.group.size, nbytes=int(a.per_rank_nbytes))

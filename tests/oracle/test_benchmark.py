@@ -179,3 +179,27 @@ def test_end_to_end_benchmark_projection_on_cpu(tmp_path):
     assert set(rep["layers"]) == {"dense", "moe", "embedding", "output"}
     assert rep["plan"]["bench"]["ep"] == 1 and rep["plan"]["bench"]["num_experts"] == 4
     assert rep["upscale"]["ep_a2a_delta_s"] > 0 and rep["upscale"]["pp_bubble_s"] > 0
+
+
+def test_two_benchmark_devices_anchor_tp_by_ratio_and_ep_by_delta(tmp_path):
+    """--benchmark-gpus 2: the TP all-gather and the MoE All-to-All of the benchmark layout are measured over
+    two gloo processes and anchor the model's target comm (App. B.2)."""
+    from oracle.compute import LayerModel
+    from oracle.layout import Layout
+    from oracle.projector import comm_model
+    run = _run("tiny-moe", tp=2, ep=2, gbs=8)
+    src = BenchmarkSource(benchmark_gpus=2, bencher=Bencher(cache_dir=str(tmp_path), **FAST))
+    plan = src.plan(run)
+    assert (plan.tp, plan.ep, plan.gpus) == (2, 2, 2)  # EP folds onto the TP ranks: 2 devices hold the layout
+    for r, name, form in ((run, "tp", "ratio"), (run, "ep_a2a", "delta")):
+        a = src.anchor_times(r)[name]
+        assert a["form"] == form and a["measured_s"] > 0 and a["analytical_bench_s"] > 0
+        L, cm = Layout(r), comm_model(r.cluster.hardware, r.cluster.num_gpus)
+        target = LayerModel(L, cm).layer("moe").comm[name]
+        got = src.layer_model(L, cm).layer("moe").comm[name]
+        if form == "ratio":
+            assert got.f_total_s == pytest.approx(target.f_total_s * a["measured_s"] / a["analytical_bench_s"])
+        else:
+            assert got.f_total_s == pytest.approx(max(0.0, target.f_total_s + 2 * (a["measured_s"] - a["analytical_bench_s"])))
+    assert src.project(run).details["benchmark"]["collectives"]["tp"]["collective"].startswith("all_gather|g=2")
+
