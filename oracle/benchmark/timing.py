@@ -92,7 +92,8 @@ def _is_oom(exc: BaseException) -> bool:
 
 def _time_fbw(device: torch.device, forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor],
               params: Sequence[torch.Tensor], s: TimingSettings) -> tuple[float, float, float, float]:
-    """(f, b, w, spread) medians of a callable whose output depends on ``inputs`` and ``params``."""
+    """(f, b, w, spread) of a callable whose output depends on ``inputs`` and ``params`` (``s.stat`` of the
+    repeats; spread = (max - min) / median of F + backward)."""
     fs, bs, bws, tot = [], [], [], []
     need_in = [t for t in inputs if t.requires_grad]
     every = need_in + [p for p in params if p.requires_grad]

@@ -10,7 +10,9 @@ boolean mask for sliding windows and context-parallel query shards; GQA via ``en
 DeepSeek-V3's projections (optional query LoRA, compressed KV latent with a shared rotary key part).
 MoE dispatch is balanced by construction (paper Sec. 4.10: a straight-through router whose top-k scores
 weight an exactly even assignment of token copies to the rank's experts), so grouped GEMMs are batched
-matmuls of equal groups.
+matmuls of equal groups. Not modelled: gpt-oss attention sinks (one extra logit per head: negligible work),
+biases other than the card's linear/qkv/router flags, MTP's extra projection (an MTP module is timed as a
+decoder layer plus the output head, as simulate prices it).
 """
 from __future__ import annotations
 
