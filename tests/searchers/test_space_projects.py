@@ -7,17 +7,26 @@ seeded sample of each space (and every point of the small ones) is projected her
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 import pytest
 
-from oracle.pipeline.schedules import ilp
+from oracle.pipeline.schedules import get_schedule, ilp
 from oracle.projector import project
 from searchers.experiment import bundled, load_experiment
 from searchers.space import SearchSpace
 
 SAMPLE = 40
+SCHEDULE_AXES = ("tp", "pp", "vpp", "cp", "mbs", "gbs", "pp_schedule")
+"""What a schedule's rules read: the degrees, and the batch that sets the micro-batch count."""
 # the MILP's answer does not matter here, only that the projector accepts the point: no solve
 _NO_SOLVE = ilp.IlpBudget(max_ops=0, node_limit=0, safety_time_limit_s=1.0)
+
+
+@lru_cache(maxsize=None)
+def _spec_space(name: str) -> SearchSpace:
+    """The bundled experiment's own space, enumerated once for this module."""
+    return load_experiment(name).space
 
 
 def _unrestricted(name: str) -> SearchSpace:
@@ -33,7 +42,7 @@ CASES = [(n, True) for n in bundled()] + [(n, False) for n in bundled() if not n
 
 @pytest.mark.parametrize(("name", "restricted"), CASES, ids=[f"{n}-{'spec' if r else 'defaults'}" for n, r in CASES])
 def test_every_sampled_legal_point_projects(name, restricted):
-    space = load_experiment(name).space if restricted else _unrestricted(name)
+    space = _spec_space(name) if restricted else _unrestricted(name)
     n = space.size
     idx = range(n) if n <= SAMPLE else random.Random(f"{name}/{restricted}").sample(range(n), SAMPLE)
     errors = []
@@ -45,6 +54,22 @@ def test_every_sampled_legal_point_projects(name, restricted):
             except Exception as exc:  # noqa: BLE001 - the assertion lists what raised
                 errors.append(f"{space.point(i)}: {type(exc).__name__}: {exc}")
     assert not errors, f"{len(errors)} of {len(idx)} legal points raised, e.g.\n" + "\n".join(errors[:5])
+
+
+@pytest.mark.parametrize("name", bundled())
+def test_every_enumerated_point_passes_its_schedules_own_rules(name):
+    """Every point, not a sample: the check the projector's pipeline runs first (ScheduleSpec.check)."""
+    space = _spec_space(name)
+    base = space.baseline.training
+    bad = []
+    for p in space.iter_points():
+        t = base.replace(**{k: v for k, v in p.items() if k in SCHEDULE_AXES})
+        if t.pp > 1:
+            n = space.baseline.cluster.num_gpus // (t.tp * t.pp * t.cp)
+            problems = get_schedule(t.schedule).problems(t.pp, t.vpp, t.gbs // (t.mbs * n))
+            if problems:
+                bad.append(f"{p}: {problems[0]}")
+    assert not bad, f"{len(bad)} of {space.size} points break their schedule's rules, e.g.\n" + "\n".join(bad[:5])
 
 
 def test_interleaved_needs_as_many_microbatches_as_stages():
