@@ -203,3 +203,26 @@ def test_two_benchmark_devices_anchor_tp_by_ratio_and_ep_by_delta(tmp_path):
             assert got.f_total_s == pytest.approx(max(0.0, target.f_total_s + 2 * (a["measured_s"] - a["analytical_bench_s"])))
     assert src.project(run).details["benchmark"]["collectives"]["tp"]["collective"].startswith("all_gather|g=2")
 
+
+
+def test_gpu_check_script_runs_its_cpu_fallback_and_refuses_without_a_gpu(tmp_path):
+    """experiments/gpu_check.sh: the path the GPU machine runs, on tiny cards (GPU_CHECK_ALLOW_CPU=1)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the CPU fallback is not what would run")
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "GPU_CHECK_REPEATS": "1",
+           "OMP_NUM_THREADS": "1"}
+    bad = subprocess.run(["bash", "experiments/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 1 and "GPU CHECK FAILED: no CUDA/ROCm device" in bad.stderr
+    ok = subprocess.run(["bash", "experiments/gpu_check.sh"], cwd=ROOT, env={**env, "GPU_CHECK_ALLOW_CPU": "1"},
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    assert "GPU CHECK OK" in ok.stdout and "simulate" in ok.stdout
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert len(report["runs"]) == 2 and all("error" not in r for r in report["runs"])
+    assert all(r["benchmark_tokens_per_s_per_gpu"] > 0 for r in report["runs"])
