@@ -39,15 +39,33 @@ def _solve(budget: ilp.IlpBudget) -> ilp.WPlacement:
 
 
 def test_same_schedule_idle_and_under_cpu_load():
-    # a node budget that stops the search early is the interesting case: what it returns must not
+    idle = _solve(ilp.SEARCH_BUDGET)
+    with _cpu_load():
+        loaded = _solve(ilp.SEARCH_BUDGET)
+    assert not idle.time_capped and not loaded.time_capped
+    assert (loaded.order, loaded.makespan_s, loaded.optimal, loaded.note) == (
+        idle.order, idle.makespan_s, idle.optimal, idle.note)
+
+
+def _branching_costs() -> StageCosts:
+    # a case whose optimum HiGHS proves only after ~40 branch-and-bound nodes (found by a seeded search)
+    f, b, w, act = [1.53, 1.76, 1.29], [2.57, 2.11, 1.50], [1.65, 2.24, 0.96], [0.91, 1.24, 1.46]
+    return StageCosts(f_s=[[x] for x in f], b_s=[[x] for x in b], w_s=[[x] for x in w],
+                      act_bytes=[[x] for x in act], p2p_s=0.2)
+
+
+def test_a_binding_node_budget_gives_the_same_order_idle_and_under_load():
+    # the interesting case: the budget stops the search before the proof, and what it returns must not
     # depend on how fast the machine got through those nodes
-    for budget in (ilp.SEARCH_BUDGET, ilp.IlpBudget(max_ops=4096, node_limit=1, safety_time_limit_s=600.0)):
-        idle = _solve(budget)
-        with _cpu_load():
-            loaded = _solve(budget)
-        assert not idle.time_capped and not loaded.time_capped
-        assert (loaded.order, loaded.makespan_s, loaded.optimal, loaded.note) == (
-            idle.order, idle.makespan_s, idle.optimal, idle.note)
+    budget = ilp.IlpBudget(max_ops=4096, node_limit=5, safety_time_limit_s=600.0)
+    idle = ilp.solve_w_placement(3, 16, _branching_costs(), budget=budget)
+    with _cpu_load():
+        loaded = ilp.solve_w_placement(3, 16, _branching_costs(), budget=budget)
+    assert not idle.optimal and not idle.time_capped and "stopped before proving optimality" in idle.note
+    assert (loaded.order, loaded.makespan_s, loaded.optimal, loaded.note, loaded.time_capped) == (
+        idle.order, idle.makespan_s, idle.optimal, idle.note, idle.time_capped)
+    proven = ilp.solve_w_placement(3, 16, _branching_costs(), budget=ilp.DEFAULT_BUDGET)
+    assert proven.optimal and proven.makespan_s <= idle.makespan_s + 1e-9
 
 
 def test_safety_time_cap_is_reported_not_silent():
