@@ -273,7 +273,7 @@ def cmd_e2e_cpu(args: argparse.Namespace) -> int:
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.format == "json" else \
         (lambda *a: print(*a, flush=True))
     res = run_e2e(profile=args.profile, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                  repeats=args.repeats, iterations=args.iterations, log=log)
+                  repeats=args.repeats, iterations=args.iterations, rounds=args.rounds, log=log)
     if args.format == "json":
         _print_json(res)
     else:
@@ -352,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     e2.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     e2.add_argument("--profile", help="hardware profile of one core per device (default: calibrate one first)")
     e2.add_argument("--iterations", type=_positive_int, default=8, help="timed trainer iterations per run")
+    e2.add_argument("--rounds", type=_positive_int, default=2,
+                    help="benchmark + every run this many times, keeping the fastest of each (default 2)")
     add_benchmark_flags(e2)
     e2.set_defaults(func=cmd_e2e_cpu)
 
