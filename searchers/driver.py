@@ -113,6 +113,9 @@ def default_evaluator(mode: str) -> Evaluator:
     if mode == "synthetic":
         from searchers.testing import SyntheticEvaluator
         return SyntheticEvaluator()
+    if mode == "benchmark":  # torch layers measured on this machine's device (oracle.benchmark, docs/benchmark.md)
+        from oracle.benchmark.source import BenchmarkSource
+        return BenchmarkSource()
     return OracleEvaluator(mode)
 
 
