@@ -141,7 +141,9 @@ def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, i
              ) -> Callable[[Callable[..., Order]], Callable[..., Order]]:
     """Decorator registering a builder under ``name``; a duplicate name (or 'auto') raises ValueError."""
     def deco(fn: Callable[..., Order]) -> Callable[..., Order]:
-        if name in SCHEDULES or name == "auto":
+        if name == "auto":
+            raise ValueError("'auto' is reserved: TrainingConfig.pp_schedule uses it for 1f1b/interleaved by vpp")
+        if name in SCHEDULES:
             raise ValueError(f"pipeline schedule {name!r} is already registered")
         SCHEDULES[name] = ScheduleSpec(name=name, build=fn, layout=layout, splits_bw=splits_bw, vpp_rule=vpp_rule,
                                        in_flight=in_flight, cost_aware=cost_aware, approximate=approximate,
