@@ -300,16 +300,34 @@ def _digest(data: dict[str, Any], skip: frozenset[str]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
+_DIGESTS: dict[int, tuple[Any, str]] = {}
+"""id(card or profile) -> (it, its digest): both are frozen, and a search asks for the same few objects'
+digests once per candidate (holding the object keeps its id from being reused)."""
+
+
+def _cached_digest(obj: Any, compute: Any) -> str:
+    hit = _DIGESTS.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    if len(_DIGESTS) >= 256:
+        _DIGESTS.clear()
+    digest = compute(obj)
+    _DIGESTS[id(obj)] = (obj, digest)
+    return digest
+
+
 def model_digest(card: ModelCard) -> str:
     """Hash of everything in a card that a projection reads (names, citations and notes left out)."""
-    return _digest(card.to_dict(), _DOC_ONLY_CARD_KEYS)
+    return _cached_digest(card, lambda c: _digest(c.to_dict(), _DOC_ONLY_CARD_KEYS))
 
 
 def hardware_digest(hw: HardwareProfile) -> str:
     """Hash of everything in a profile that a projection reads (human units, 12 significant digits)."""
-    data = profile_to_dict(hw)
-    data["efficiency"] = {k: v["value"] for k, v in data["efficiency"].items()}  # values, not their citations
-    return _digest(data, _DOC_ONLY_PROFILE_KEYS)
+    def compute(h: HardwareProfile) -> str:
+        data = profile_to_dict(h)
+        data["efficiency"] = {k: v["value"] for k, v in data["efficiency"].items()}  # values, not citations
+        return _digest(data, _DOC_ONLY_PROFILE_KEYS)
+    return _cached_digest(hw, compute)
 
 
 def _is_bundled(name: str, held: Any, names: Any, load: Any) -> bool:
