@@ -115,7 +115,7 @@ def fit_offset(runs: Sequence[MeasuredRun], *, level: float = PREDICTION_LEVEL) 
         raise InvalidConfigError(f"level={level!r} must be in (0, 1), e.g. 0.95")
     ks = [r.k for r in runs]
     n = len(ks)
-    mean = statistics.fmean(ks)
+    mean = min(max(statistics.fmean(ks), min(ks)), max(ks))  # a mean of equal values can round 1 ulp past them
     pstd = statistics.pstdev(ks) if n > 1 else 0.0
     k_low = k_high = None
     if n > 1:

@@ -118,8 +118,9 @@ class TimeBreakdown:
     """Pipeline idle time of the critical rank (makespan minus its busy time)."""
     optimizer_s: float
     host_sync_s: float = 0.0
-    """GPU idle after the MoE dispatcher's device-to-host syncs (one per MoE-layer forward, replayed
-    by full recompute); zero for dense models and with ``moe_sync_free``."""
+    """GPU idle waiting on the host: after the MoE dispatcher's device-to-host syncs (one per MoE-layer
+    forward, replayed by full recompute; none with ``moe_sync_free``) and wherever the host issues a
+    pass's ops slower than the GPU runs them (host-bound small kernels, docs/kernel-model.md)."""
     comm: tuple[CommTerm, ...] = ()
     other_s: float = 0.0
     sources: dict[str, Source] = field(default_factory=dict)

@@ -168,7 +168,8 @@ def test_every_time_term_is_non_negative_and_finite(tp, pp, mbs, recompute, ep, 
         return
     p = project(run)
     b = p.breakdown
-    assert (b.host_sync_s == 0) == sync_free
+    if not sync_free:  # the dispatcher's stall is always there; host-bound idle may add to it either way
+        assert b.host_sync_s > 0
     for v in (b.compute_s, b.recompute_s, b.bubble_s, b.optimizer_s, b.host_sync_s, p.iteration_time_s):
         assert v >= 0 and math.isfinite(v)
     assert all(c.exposed_s >= 0 and c.total_s >= 0 for c in b.comm)
