@@ -15,7 +15,7 @@ expert, is why such models reach a fraction of their FLOP-rate projection (docs/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil
+from functools import lru_cache
 
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
@@ -72,6 +72,26 @@ class LayerCost:
         return sum(c.b_exposed_s for c in self.comm.values())
 
 
+@lru_cache(maxsize=65536)
+def price_op(hw, op: Op) -> tuple[float, float, float]:
+    """(forward, input-gradient, weight-gradient) device seconds of one op on ``hw`` (cached per op shape)."""
+    if op.kind == GEMM:
+        f = gemm_time_s(hw, op.m, op.n, op.k, op.dtype, op.groups)
+        b = gemm_time_s(hw, op.m, op.k, op.n, op.dtype, op.groups)
+        w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, op.groups) if op.has_wgrad else 0.0
+        return f, b, w
+    if op.kind == ATTENTION:
+        return (attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v),
+                attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v, backward=True), 0.0)
+    # memory-bound: backward ~2x (read grad + saved input, write grad)
+    return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
+
+
+@lru_cache(maxsize=4096)
+def _layer_ops(card, shapes: Shapes, kind: str, window: int | None) -> tuple[Op, ...]:
+    return tuple(layer_ops(card, shapes, kind, window))
+
+
 class LayerModel:
     """Prices decoder layers, embedding and output for one RunConfig (simulate mode) from their op graphs."""
 
@@ -80,7 +100,6 @@ class LayerModel:
         self.comm = comm
         run = layout.run
         self.run, self.m, self.t, self.hw = run, run.model, run.training, run.cluster.hardware
-        t = self.t
         self.shapes = Shapes.of(run)
         self.dtype = self.shapes.dtype
         self.T = self.shapes.T
@@ -90,18 +109,7 @@ class LayerModel:
     # ------------------------------------------------------------------ pricing one op
     def price(self, op: Op) -> tuple[float, float, float]:
         """(forward, input-gradient, weight-gradient) device seconds of one op."""
-        hw = self.hw
-        if op.kind == GEMM:
-            f = gemm_time_s(hw, op.m, op.n, op.k, op.dtype, op.groups)
-            b = gemm_time_s(hw, op.m, op.k, op.n, op.dtype, op.groups)
-            w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, op.groups) if op.has_wgrad else 0.0
-            return f, b, w
-        if op.kind == ATTENTION:
-            return (attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v),
-                    attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v, backward=True), 0.0)
-        # memory-bound: backward ~2x (read grad + saved input, write grad)
-        return (memory_bound_time_s(hw, op.bytes_f, op.kernels),
-                memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
+        return price_op(self.hw, op)
 
     def host_s(self, op: Op) -> tuple[float, float]:
         """(forward, backward) host issue seconds of one op."""
@@ -184,7 +192,7 @@ class LayerModel:
     # ------------------------------------------------------------------ layers
     def ops(self, kind: str, window: int | None = None) -> list[Op]:
         """The op graph of one decoder layer on this rank."""
-        return layer_ops(self.m, self.shapes, kind, window)
+        return list(_layer_ops(self.m, self.shapes, kind, window))
 
     def layer(self, kind: str, window: int | None = None) -> LayerCost:
         key = (kind, window)
