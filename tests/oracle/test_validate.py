@@ -12,11 +12,15 @@ from oracle.validate import read_rows, summarize, validate_rows
 from tests.conftest import SHARED
 
 CSV = SHARED / "validation" / "calibration.csv"
-pytestmark = pytest.mark.skipif(not CSV.exists(), reason="shared/validation/calibration.csv not present")
+NVIDIA_CSV = SHARED / "validation" / "published-nvidia.csv"
+# only the tests that read ../shared skip without it; the rest (holdout, inline rows) always run
+needs_shared = pytest.mark.skipif(not CSV.exists(), reason="shared/validation/calibration.csv not present")
 
 
 @pytest.fixture(scope="module")
 def results():
+    if not CSV.exists():
+        pytest.skip("shared/validation/calibration.csv not present")
     return validate_rows(read_rows(CSV))
 
 
@@ -122,6 +126,7 @@ def test_relative_card_paths_resolve_against_the_csv_folder(tmp_path, monkeypatc
     assert "nope.yaml" in res["missing"].skipped
 
 
+@needs_shared
 def test_the_bundled_moe_sync_stall_is_the_fit_of_the_batch_contrasts():
     """efficiency.moe_sync_stall_s of the AMD profiles says it is the fit of benchmarks/calibrate.py
     --contrasts; a change to the oracle that moves the fit must come with a recalibration."""
@@ -136,3 +141,32 @@ def test_the_bundled_moe_sync_stall_is_the_fit_of_the_batch_contrasts():
     fit = cal.fit_stall(pairs)
     from oracle.hardware import load_hardware
     assert fit["stall_s"] == pytest.approx(load_hardware("mi355x").efficiency.moe_sync_stall_s, abs=1e-4)
+
+
+# ---------------------------------------------------------------- releases and the published NVIDIA tables
+def test_newest_release_of_a_configuration_is_the_target(tmp_path):
+    """One configuration published in several releases: only the newest is 'newest'; an empty cell
+    means the default (fsdp '' == false), and a different FP8 recipe is another configuration."""
+    from oracle.validate import newest_flags, release_of
+    base = {"model": "llama3-8b", "hardware": "h100-sxm", "num_gpus": "8", "seq_len": "8192", "gbs": "128",
+            "fsdp": "", "notes": "fp8_recipe=mxfp8"}
+    rows = [dict(base, id="a", group="25.09 NeMo Container / x"), dict(base, id="b", group="26.02.01 NeMo / x", fsdp="false"),
+            dict(base, id="c", group="25.11 NeMo / x", notes="fp8_recipe=current_scaling"),
+            dict(base, id="d", group="no release here")]
+    assert [release_of(r) for r in rows] == ["25.09", "26.02.01", "25.11", None]
+    assert newest_flags(rows) == [False, True, True, True]
+
+
+@pytest.mark.skipif(not NVIDIA_CSV.exists(), reason="shared/validation/published-nvidia.csv not present")
+def test_published_nvidia_runs_project_and_rank():
+    """Issue bars that hold today (docs/accuracy.md): >= 95% of rows projected (uneven layouts, NVFP4,
+    DeepSeek-V3 included), per-table Spearman median >= 0.9, dense models' newest rows within 8% median.
+    The MoE misses (median, share within 10%, worst row) are documented there, not asserted away."""
+    res = validate_rows(read_rows(NVIDIA_CSV), base_dir=NVIDIA_CSV.parent)
+    h = summarize(res)["summary"]["headline"]
+    assert h["projected_share"] >= 0.95
+    assert h["spearman_median"] >= 0.9
+    assert any(r.skipped is None and "nvfp4" in r.id for r in res)
+    assert sum(1 for r in res if r.skipped is None and "deepseek" in r.id) >= 30
+    dense = [abs(r.error) for r in res if r.newest and r.error is not None and ("llama" in r.id)]
+    assert len(dense) >= 20 and statistics.median(dense) <= 0.08
