@@ -11,6 +11,16 @@ improved for ``patience`` trials.
   the measured ratios; combinations predicted over the cap are skipped. As soon as a combination
   becomes the incumbent, the next candidates extend it by one more move at a time (with a
   memory-freeing move added when the extension would cross the cap).
+* Round 2 jumps to other parallel layouts (the optimum is often several layout steps from the
+  baseline, e.g. folding TP and PP into data parallelism once FSDP or recompute frees the memory they
+  were there for). Every distinct (tp, cp, pp, ep, etp) layout of the space is set on the incumbent,
+  with its VPP/schedule/micro-batch repaired and with each memory-freeing variant (recompute, FSDP)
+  the space allows; a variant is kept only when the driver's free memory probe
+  (``SearchContext.memory_only``, the pre-filter's estimate, no trial spent) says it fits. Each layout
+  keeps its best variant by the ledger's surrogate, and the ``layout_jumps`` best layouts by the same
+  surrogate (plus the novelty bonus, so untried values are not ranked at zero) are tried, then the
+  round goes on polishing. Without a driver context (no memory probe), or with less than twice
+  ``layout_jumps`` trials left (no budget to polish a new layout), the round only polishes.
 * Later rounds polish the incumbent (the runners-up, best first, once its neighbourhood is known):
   every single-axis move from it (adjacent values of numeric axes, all values of categorical
   ones, with the schedule/VPP and micro-batch repaired when a move breaks legality) and pairs of
@@ -31,10 +41,29 @@ import numpy as np
 
 from searchers.base import Candidate, TrialResult
 from searchers.history import Entry, History, diff
-from searchers.space import ORDINAL_AXES, SearchSpace
+from searchers.space import ORDINAL_AXES, PARALLEL_AXES, SearchSpace
 
 LABEL = "cross-axis (offline)"
 _REPAIR_AXES = ("vpp", "pp_schedule", "mbs", "recompute_num_layers")
+_PIPELINE_SHAPE_AXES = ("pp", "mbs")
+"""Axes that change the pipeline's depth or micro-batch count, after which every schedule/VPP is re-tried."""
+_MEMORY_FREEING: tuple[tuple[str, Any], ...] = (("recompute", "selective"), ("recompute", "full"), ("fsdp", True))
+"""Single-axis changes that trade time for memory; round 2 tries a layout with each (and pairs) when the
+incumbent's own values do not fit there."""
+
+
+def _model_parallel_degree(point: Mapping[str, Any]) -> int:
+    """GPUs one model replica spans (tp * cp * pp): the rest is data parallelism, the parallelism with the
+    least communication per step, so layouts that fit with the smallest degree are tried first (half of
+    the layout jumps; the surrogate's picks are the other half)."""
+    return int(point.get("tp", 1)) * int(point.get("cp", 1)) * int(point.get("pp", 1))
+
+
+def _recompute_rank(point: Mapping[str, Any]) -> int:
+    """0 none, 1 selective, 2 full: recomputation costs compute on every step, so the degree-ordered layout
+    jumps first take the layouts that fit without more of it (FSDP, which costs communication that
+    overlaps, is not counted)."""
+    return {"none": 0, "selective": 1, "full": 2}.get(str(point.get("recompute", "none")), 0)
 
 
 class RoundControl:
@@ -141,8 +170,11 @@ class CrossAxisProposer:
 
     def __init__(self, space: SearchSpace, history: History, *, rounds: int = 4, per_round: int = 25,
                  patience: int = 5, top_moves: int = 6, novelty_bonus: float = 0.03,
-                 memory_margin: float = 0.0) -> None:
+                 memory_margin: float = 0.0, layout_jumps: int = 4, context: Any = None) -> None:
         self.space, self.history = space, history
+        self.layout_jumps = layout_jumps
+        self.context = context
+        """The driver's SearchContext (free memory probes), or None."""
         self.control = RoundControl(rounds=rounds, per_round=per_round, patience=patience)
         self.top_moves, self.novelty_bonus, self.memory_margin = top_moves, novelty_bonus, memory_margin
         self._queue: list[Candidate] = []
@@ -161,8 +193,13 @@ class CrossAxisProposer:
                     return None
                 if self.control.round == 1:
                     self._queue = self._combinations()
+                elif self.control.round == 2:
+                    self._queue = self._layout_jumps()
                 continue
-            c = self._round1() if self.control.round == 1 else self._polish()
+            if self.control.round == 1:
+                c = self._round1()
+            else:
+                c = (self._next_queued() if self.control.round == 2 else None) or self._polish()
             if c is None:
                 self.control.in_round = self.control.per_round  # nothing left this round
                 continue
@@ -296,6 +333,77 @@ class CrossAxisProposer:
         out.sort(key=lambda t: (t[0], t[1]))
         return [c for _, _, c in out]
 
+    # ------------------------------------------------------------------ round 2: layout jumps
+    def bind(self, context: Any) -> None:
+        self.context = context
+
+    def _fits(self, point: Mapping[str, Any]) -> bool:
+        try:
+            probe = self.context.memory_only(point)
+        except Exception:  # noqa: BLE001 - a probe that fails says nothing: do not spend a trial on it
+            return False
+        return bool(probe.get("legal")) and bool(probe.get("fits"))
+
+    def _layout_jumps(self) -> list[Candidate]:
+        """The incumbent moved to each other parallel layout of the space (see the module doc).
+
+        Variants are ranked without touching the oracle; the memory probe is asked in rank order only
+        until a layout has its fitting variant, so a round costs a few probes per layout at most."""
+        inc = self.history.best()
+        if self.context is None or inc is None or self.layout_jumps <= 0:
+            return []
+        remaining = self.context.budget_status().get("remaining", 0)
+        if remaining < 2 * self.layout_jumps:
+            return []  # a jump needs budget left to polish the new layout; with less, polish the incumbent
+        axes = [a for a in PARALLEL_AXES if a in self.space.axes and a != "vpp"]
+        if not axes:
+            return []
+        idx = [self.space.axes.index(a) for a in axes]
+        layouts = sorted({tuple(p[i] for i in idx) for p in self.space.points})
+        here = tuple(inc.point[a] for a in axes)
+        model = Surrogate(self.space).fit(self.history)
+        savers = [(a, v) for a, v in _MEMORY_FREEING if a in self.space.axes and v in self.space.values[a]]
+        variants: list[dict[str, Any]] = [{}] + [{a: v} for a, v in savers] + [
+            {a: v, b: w} for (a, v), (b, w) in itertools.combinations(savers, 2) if a != b]
+        per_layout: list[list[tuple[float, str, Candidate]]] = []
+        for lay in layouts:
+            if lay == here:
+                continue
+            moved = {**inc.point, **dict(zip(axes, lay))}
+            options: list[tuple[float, str, Candidate]] = []
+            for extra in variants:
+                point = {**moved, **extra}
+                if extra.get("fsdp"):
+                    point["use_distributed_optimizer"] = False
+                for p in self._repairs(point)[:4] + self._schedules(point):
+                    c = self._candidate(p, "layout " + ", ".join(f"{k}={v}" for k, v in diff(p, inc.point).items()))
+                    if c is not None and all(c.meta["key"] != o[1] for o in options):
+                        options.append((self._score(model, c.values), c.meta["key"], c))
+            if options:
+                options.sort(key=lambda t: (-t[0], t[1]))
+                per_layout.append(options)
+
+        flat = [(n, t) for n, options in enumerate(per_layout) for t in options]
+
+        def ordered(key: Any) -> Any:
+            """Per layout, its first fitting variant in ``key`` order; layouts in the order they are found."""
+            done: set[int] = set()
+            for n, t in sorted(flat, key=lambda nt: key(nt[1])):
+                if n not in done and self._fits(t[2].values):
+                    done.add(n)
+                    yield t
+        by_model = ordered(lambda t: (-t[0], t[1]))
+        by_degree = ordered(lambda t: (_recompute_rank(t[2].values) - _recompute_rank(inc.point),
+                                       _model_parallel_degree(t[2].values), -t[0], t[1]))
+        out: list[Candidate] = []
+        for a, b in itertools.zip_longest(by_model, by_degree):
+            for t in (a, b):
+                if t is not None and len(out) < self.layout_jumps and all(t[1] != c.meta["key"] for c in out):
+                    out.append(t[2])
+            if len(out) >= self.layout_jumps:
+                break
+        return out
+
     # ------------------------------------------------------------------ later rounds: polish
     def _repairs(self, point: dict[str, Any]) -> list[dict[str, Any]]:
         """``point`` if legal, else the legal points one or two repair-axis changes away."""
@@ -313,12 +421,27 @@ class CrossAxisProposer:
                 return fixes
         return fixes
 
+    def _schedules(self, point: dict[str, Any]) -> list[dict[str, Any]]:
+        """``point`` with every legal (pipeline schedule, VPP) pair: the best schedule depends on the pipeline
+        depth and the micro-batch count, so a move that changes either re-opens the schedule choice."""
+        if "pp_schedule" not in self.space.axes or "vpp" not in self.space.axes:
+            return []
+        out = []
+        for sched in self.space.values["pp_schedule"]:
+            for v in self.space.values["vpp"]:
+                p = {**point, "pp_schedule": sched, "vpp": v}
+                if p != point and self.space.contains(p):
+                    out.append(p)
+        return out
+
     def _neighbourhood(self, inc: Entry) -> list[tuple[dict[str, Any], str]]:
         out = []
         for a in self.space.axes:
             for v in self.space.neighbours(inc.point, a):
                 for p in self._repairs({**inc.point, a: v}):
                     out.append((p, f"{a}={v}"))
+                if a in _PIPELINE_SHAPE_AXES:
+                    out += [(p, f"{a}={v}") for p in self._schedules({**inc.point, a: v})]
         return out
 
     def _polish(self) -> Candidate | None:
@@ -353,6 +476,11 @@ class CrossAxisProposer:
                 pairs.append((self._score(model, c.values), c))
         ranked = sorted(singles + pairs, key=lambda t: -t[0])
         feasible = [t for t in ranked if model.log_mem_margin(t[1].values) <= self.memory_margin]
+        if self.context is not None:  # the free memory probe beats the surrogate's memory guess
+            for t in ranked:
+                if self._fits(t[1].values):
+                    return self._take(t[1])
+            return None
         pick = (feasible or ranked)[:1]
         return self._take(pick[0][1]) if pick else None
 

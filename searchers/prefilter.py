@@ -16,6 +16,7 @@ built ``RunConfig`` in ``candidate.meta['run']``.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,25 @@ class PreFilter(Searcher):
         self.rejected = 0
         self.illegal = 0
         self.repeats = 0
+        self.free_probes = 0
+        """Memory projections made for the inner searcher's free probes (not trials)."""
+        self._probed = _probe_memo(evaluator)
+        """Memory verdicts of free probes (``SearchContext.memory_only``) by config key, shared by every
+        gate on the same evaluator in this process: a probed candidate that is then suggested is not
+        projected twice, and a resumed search does not re-probe what its first run probed."""
         inner.bind(_Context(self))
+
+    def probe(self, run: Any, key: str) -> tuple[TrialResult | None, Any]:
+        """(pre-filter verdict: None when it fits, the memory projection or None), memoised by key."""
+        hit = self._probed.get(key)
+        if hit is None:
+            try:
+                mem = self.evaluator.memory(run)
+            except Exception:  # noqa: BLE001 - memory_result words the failure
+                mem = None
+            res = memory_result(_Known(mem), run, key) if mem is not None else memory_result(self.evaluator, run, key)
+            hit = self._probed[key] = (res, mem)
+        return hit
 
     @property
     def proposer(self) -> str:
@@ -84,7 +103,7 @@ class PreFilter(Searcher):
                 self.inner.observe(c, self.book.known[key])
                 continue
             self.stale = 0
-            rejected = memory_result(self.evaluator, run, key)
+            rejected = self.probe(run, key)[0]
             if rejected is not None:
                 if rejected.status == "rejected":
                     self.rejected += 1
@@ -102,7 +121,39 @@ class PreFilter(Searcher):
 
     def stats(self) -> dict[str, Any]:
         return {"suggestions": self.suggestions, "prefilter_rejections": self.rejected,
-                "illegal": self.illegal, "repeats": self.repeats}
+                "illegal": self.illegal, "repeats": self.repeats, "free_probes": self.free_probes}
+
+
+_PROBES: "weakref.WeakKeyDictionary[Any, dict[str, tuple[TrialResult | None, Any]]]" = weakref.WeakKeyDictionary()
+_probe_calls = 0
+_PROBES_MAX = 200_000
+"""Entries kept per evaluator (a memory projection is a few hundred bytes; the memo is dropped when full)."""
+
+
+def probe_calls() -> int:
+    """Memory projections made for free probes (``SearchContext.memory_only``) in this process so far: work
+    on configurations that were never trials (drivers and tests account for it apart from trials)."""
+    return _probe_calls
+
+
+def _probe_memo(evaluator: Any) -> dict[str, tuple[TrialResult | None, Any]]:
+    try:
+        memo = _PROBES.setdefault(evaluator, {})
+    except TypeError:  # an evaluator that cannot be weakly referenced gets a memo of its own
+        return {}
+    if len(memo) > _PROBES_MAX:
+        memo.clear()
+    return memo
+
+
+class _Known:
+    """An evaluator whose memory projection is already known (lets memory_result word a probe's verdict)."""
+
+    def __init__(self, mem: Any) -> None:
+        self._mem = mem
+
+    def memory(self, run: Any) -> Any:
+        return self._mem
 
 
 class _Context:
@@ -126,10 +177,15 @@ class _Context:
         key = run.key()
         known = self.gate.book.known.get(key)
         res = known if known is not None and known.peak_bytes is not None else None
+        mem = None
         if res is None:
-            res = memory_result(self.gate.evaluator, run, key)
+            fresh = key not in self.gate._probed
+            res, mem = self.gate.probe(run, key)
+            if fresh:
+                global _probe_calls
+                _probe_calls += 1
+                self.gate.free_probes += 1
         if res is None:
-            mem = self.gate.evaluator.memory(run)
             return {"legal": True, "fits": True, "memory_gib": round(mem.peak_bytes / GIB, 2),
                     "cap_gib": round(mem.cap_bytes / GIB, 2)}
         return {"legal": True, "fits": bool(res.fits), "status": res.status,

@@ -1,12 +1,18 @@
 """``seed_llm``: the paper's Tuning Agent — the seed planner, then a cross-axis proposer.
 
-Phase 1 emits the seed plan (:mod:`searchers.seed`). Phase 2 hands the shared history to the LLM
+Phase 1 emits the seed plan (:mod:`searchers.seed`). With a driver context it asks the free memory
+probe (``SearchContext.memory_only``, the pre-filter's own estimate, as the paper's agent does) before
+each seed move and skips one that would not fit, taking the next one instead (the baseline itself is
+always tried), so a memory wall does not spend the seed budget on rejections; when the baseline does
+not fit and the plan is used up, the unspent seed moves are planned around the best fitting point
+found (:meth:`SeedThenPropose._reanchor`). Phase 2 hands the shared history to the LLM
 proposer (:mod:`searchers.llm`) when an ``llm`` block is configured, else to the deterministic
 cross-axis proposer (:mod:`searchers.crossaxis`). :attr:`SeedThenPropose.proposer` always says
 which one ran (and whether the LLM fell back to the offline proposer).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +38,12 @@ class SeedThenPropose(Searcher):
                  extra_guidance: str = "") -> None:
         super().__init__(space, seed=seed)
         self.history = History(space)
-        self._seed = seed_plan(space, max_candidates=max_seed)
+        self._seed = seed_plan(space, max_candidates=10 * max_seed)
+        self._max_seed = max_seed
+        self._seed_emitted = 0
+        self._reanchored = False
+        self.seed_memory_skips = 0
+        """Seed moves skipped because the memory probe said they do not fit."""
         self._round_opts = {"rounds": rounds, "per_round": per_round, "patience": patience}
         self._llm, self._lm, self._guidance = llm, lm, extra_guidance
         self._proposer: Any = None
@@ -43,7 +54,7 @@ class SeedThenPropose(Searcher):
     # ------------------------------------------------------------------ proposer selection
     def _make_proposer(self) -> Any:
         if self._llm is None and self._lm is None:
-            return CrossAxisProposer(self.space, self.history, **self._round_opts)
+            return CrossAxisProposer(self.space, self.history, context=self.context, **self._round_opts)
         from searchers.llm import LLMProposer
         return LLMProposer(self.space, self.history, settings=self._llm, lm=self._lm,
                            extra_guidance=self._guidance, context=self.context, **self._round_opts)
@@ -64,14 +75,46 @@ class SeedThenPropose(Searcher):
 
     # ------------------------------------------------------------------ ask / tell
     def suggest(self) -> Candidate | None:
-        while self._seed:
+        if not self._seed and self._seed_emitted < self._max_seed and not self._reanchored:
+            self._reanchor()
+        while self._seed and self._seed_emitted < self._max_seed:
             c = self._seed.pop(0)
-            if not self.history.knows(c.meta.get("key", "")):
-                return c
+            if self.history.knows(c.meta.get("key", "")):
+                continue
+            if c.note != "baseline" and not self._fits(c):
+                self.seed_memory_skips += 1
+                continue
+            self._seed_emitted += 1
+            return c
+        if not self._reanchored and self._seed_emitted < self._max_seed and self._reanchor():
+            return self.suggest()
         self._in_seed = False
         if self._proposer is None:
             self._proposer = self._make_proposer()
         return self._proposer.suggest()
+
+    def _reanchor(self) -> bool:
+        """Behind a memory wall (the baseline does not fit), plan the unspent seed moves around the best
+        fitting point found so far instead; once per search. True when there is a new plan."""
+        self._reanchored = True
+        base = self.history.baseline()
+        best = self.history.best()
+        if (base is not None and base.result.value is not None) or best is None:
+            return False
+        self._seed = [dataclasses.replace(c, note=f"{c.note} (around {best.candidate.note})")
+                      for c in seed_plan(self.space, max_candidates=10 * self._max_seed, anchor=best.point)
+                      if c.note != "anchor"]
+        return bool(self._seed)
+
+    def _fits(self, c: Candidate) -> bool:
+        """The memory probe's verdict (True without a context, or when the probe itself fails)."""
+        if self.context is None:
+            return True
+        try:
+            probe = self.context.memory_only(c.values)
+        except Exception:  # noqa: BLE001 - no verdict: let the pre-filter decide
+            return True
+        return bool(probe.get("fits", True))
 
     def observe(self, candidate: Candidate, result: TrialResult) -> None:
         counted = self.history.add(candidate, result) and result.status != "illegal"
@@ -84,4 +127,7 @@ class SeedThenPropose(Searcher):
 
     def stats(self) -> Mapping[str, Any]:
         fn = getattr(self._proposer, "stats", None)
-        return fn() if callable(fn) else getattr(self._proposer, "counts", {})
+        out = dict(fn() if callable(fn) else getattr(self._proposer, "counts", {}))
+        if self.seed_memory_skips:
+            out["seed_memory_skips"] = self.seed_memory_skips
+        return out

@@ -12,14 +12,14 @@ def test_mixtral_seed_order_follows_the_paper():
     assert notes[:10] == [
         "baseline",
         "recompute=full", "recompute=selective",                 # baseline already has none
+        "precision=fp8",                                         # every lower format of the space (no FP4 here)
         "moe_a2a_backend=deepep",                                # MoE with EP > 1
         "moe_sync_free=true",                                    # paper App. H MoE lever (2), on DeepEP
         "pp_schedule=1f1b",                                      # VPP 3, 4 do not split 14 layers/stage
         "pp_schedule=zero_bubble",                               # (ILP is left out of this space)
         "mbs=2", "use_distributed_optimizer=false",              # MBS 1 is the baseline
-        "precision=fp8",                                         # then the fill-up
     ]
-    assert notes[10:] == ["fsdp=true", "pp_schedule=zbv vpp=2"]  # the cap of 12 leaves out ep=4
+    assert notes[10:] == ["fsdp=true", "pp_schedule=zbv vpp=2"]  # the fill-up; the cap of 12 leaves out ep=4
     assert len(plan) <= 12
     base = exp.space.point_of(exp.space.baseline)
     for c in plan[1:]:
@@ -37,3 +37,20 @@ def test_seed_skips_dispatcher_without_experts_and_respects_the_cap_of_twelve(ti
     # every seed candidate is a legal point of its space
     for c in seed_plan(tiny.space):
         assert tiny.space.contains(c.values)
+
+
+def test_precision_moves_cover_every_lower_format_lowest_first():
+    exp = load_experiment("gpt-oss-120b-b200-64")  # B200: FP8 and NVFP4 tensor cores
+    notes = [c.note for c in seed_plan(exp.space)]
+    assert notes.index("precision=nvfp4") < notes.index("precision=fp8") < notes.index("mbs=2")
+
+
+def test_a_plan_around_another_anchor_labels_moves_relative_to_it():
+    exp = load_experiment("llama3.1-405b-h100-512")
+    base = exp.space.point_of(exp.space.baseline)
+    anchor = dict(base, recompute="full")
+    plan = seed_plan(exp.space, anchor=anchor, max_candidates=40)
+    assert plan[0].note == "anchor" and plan[0].values == anchor
+    for c in plan[1:]:
+        changed = {k for k, v in c.values.items() if anchor[k] != v}
+        assert changed == set(c.meta["move"]) and exp.space.contains(c.values)

@@ -163,3 +163,14 @@ def test_cli_suite_bad_input_is_one_line_exit_2(argv, msg, capsys):
     from raytune_primus import cli
     assert cli.main(argv) == 2
     assert msg in capsys.readouterr().err
+
+
+def test_seed_llm_behind_a_memory_wall_spends_no_seed_trial_on_rejections():
+    # the published 1,024-GPU Llama 3.1 405B layout does not fit on 512 H100s, nor do most moves from it
+    exp = load_experiment("llama3.1-405b-h100-512")
+    res = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"))
+    assert res.prefilter_rejections == 1  # the baseline itself, always tried
+    assert res.proposer_stats["seed_memory_skips"] > 0
+    assert res.best_tokens_per_s_per_gpu is not None
+    again = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"))
+    assert again.best_so_far == res.best_so_far and again.best_key == res.best_key  # deterministic
