@@ -15,20 +15,24 @@ improved for ``patience`` trials.
   baseline, e.g. folding TP and PP into data parallelism once FSDP or recompute frees the memory they
   were there for). Every distinct (tp, cp, pp, ep, etp) layout of the space is set on the incumbent,
   with its VPP/schedule/micro-batch repaired and with each memory-freeing variant (recompute, FSDP)
-  the space allows; a variant is kept only when the driver's free memory probe
-  (``SearchContext.memory_only``, the pre-filter's estimate, no trial spent) says it fits. Each layout
-  keeps its best variant by the ledger's surrogate, and the ``layout_jumps`` best layouts by the same
-  surrogate (plus the novelty bonus, so untried values are not ranked at zero) are tried, then the
-  round goes on polishing. Without a driver context (no memory probe), or with less than twice
+  the space allows (every legal schedule/VPP pair too); a variant is kept only when the driver's
+  free memory probe (``SearchContext.memory_only``, the pre-filter's estimate, no trial spent) says it
+  fits. ``layout_jumps`` layouts are tried, alternately the next by the ledger's surrogate (plus the
+  novelty bonus, so untried values are not ranked at zero) and the next by least model parallelism
+  (tp * cp * pp) among variants with no more recompute than the incumbent, each with its first
+  fitting variant in that order; then the round goes on polishing. Without a driver context (no memory probe), or with less than twice
   ``layout_jumps`` trials left (no budget to polish a new layout), the round only polishes.
 * Later rounds polish the incumbent (the runners-up, best first, once its neighbourhood is known):
   every single-axis move from it (adjacent values of numeric axes, all values of categorical
   ones, with the schedule/VPP and micro-batch repaired when a move breaks legality) and pairs of
   the most promising ones, ranked by a small ridge model of log throughput and log memory over
   the ledger (one-hot + log2 features), with a bonus for axis values never tried.
+  A PP or MBS move re-opens the schedule/VPP choice (every legal pair is a neighbour), and with a
+  driver context the best-ranked candidate that the memory probe says fits is taken.
   It re-ranks after every observation.
 
-Nothing here knows the oracle's formulas: every prediction comes from the ledger.
+Nothing here knows the oracle's formulas: every throughput prediction comes from the ledger, every memory
+verdict from the driver's probe (or, without one, from the ledger too).
 """
 from __future__ import annotations
 

@@ -48,6 +48,9 @@ def test_tune_proposes_scores_and_records_what_the_inprocess_driver_does(cluster
     from searchers.driver import run_search
 
     ev = SmallCapEvaluator()
+    # a baseline over the cap (1.66 GiB without recompute): seed_llm skips moves its memory probe says do not
+    # fit, but the baseline itself is always tried, so both drivers must record at least that rejection
+    small = small.with_changes(baseline=small.baseline.with_training(recompute="none"))
     ref = run_search(small, "seed_llm", 14, 0, tmp_path / "inproc.parquet", evaluator=ev)
     env = {k: os.environ.get(k) for k in ("TUNE_GLOBAL_CHECKPOINT_S", "RAY_AIR_NEW_OUTPUT")}
     out = run_tune(small, tmp_path / "ray", searcher="seed_llm", budget=14, seed=0, evaluator=ev, progress=False)
