@@ -68,6 +68,10 @@ def main() -> int:
             print(f"   full projection, cost-aware schedules (ilp/greedy V), search mode  {r_aw:8.1f} /s  (n={n_aw})")
         r_rep, n_rep = rate(lambda r: project(r, fast_schedules=True, memory_tree=False), fresh)
         print(f"   full projection, new points after warm-up (steady state of a search)  {r_rep:8.0f} /s  (n={n_rep})")
+        # the same points again: every (schedule, pp, vpp, m) pipeline plan is compiled now, so this is the
+        # per-projection cost alone (layer pricing, comm, memory, the compiled-order simulation)
+        r_warm, n_warm = rate(lambda r: project(r, fast_schedules=True, memory_tree=False), fresh)
+        print(f"   full projection, pipeline plans warm (per-projection cost)    {r_warm:8.0f} /s  (n={n_warm})")
     return 0
 
 
