@@ -237,7 +237,7 @@ class LayerModel:
         synced = kind == "moe" and not t.moe_sync_free
         f_exposed_comm = sum(c.f_exposed_s for c in comm.values())
         b_exposed_comm = sum(c.b_exposed_s for c in comm.values())
-        host_f = host_b = 0.0
+        host_b = 0.0
         seg_dev = [0.0, 0.0]
         seg_host = [0.0, 0.0]
         for op, pf, _pb, _pw in priced:
