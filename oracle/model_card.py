@@ -7,7 +7,7 @@ once, and are used both for the published-figure test and for the memory model.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oracle.config import RunConfig
 from oracle.model_card import MODEL_DIR
 from searchers.driver import run_search
 from searchers.evaluator import evaluator_version
