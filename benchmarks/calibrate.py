@@ -75,19 +75,27 @@ def family_of(profile: str) -> str:
     return profile
 
 
+def _fit_run(row: dict, base: Path | None = None, adjust=None, quiet: bool = False):
+    """The row's run if a fit may learn from it, else None: it must project, and when defaults fill
+    unpublished settings it must fit in memory as published (otherwise it is not what ran, e.g. an
+    unstated recompute, and its throughput would teach the fit the wrong thing)."""
+    run, assumed, skip = row_to_run(row, base)
+    if skip:
+        return None
+    if adjust is not None:
+        run = adjust(run)
+    if assumed and not project(run).fits:
+        if not quiet:
+            print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
+        return None
+    return run
+
+
 def fit_family(family: str, rows: list[dict], *, quiet: bool = False, adjust=None) -> dict:
     runs = []
     for row in rows:
-        run, assumed, skip = row_to_run(row)
-        if skip:
-            continue
-        if adjust is not None:
-            run = adjust(run)
-        if assumed and not project(run).fits:
-            # the configuration as published + defaults does not fit in memory, so it is not what ran
-            # (e.g. an unstated recompute); its throughput would teach the fit the wrong thing
-            if not quiet:
-                print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
+        run = _fit_run(row, adjust=adjust, quiet=quiet)
+        if run is None:
             continue
         q, meas = _measured(row)
         runs.append((row["id"], run, q, meas))
@@ -268,12 +276,8 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
         for row, newest in zip(rows, newest_flags(rows)):
             if not newest or (row.get("quality") or "") not in quals:
                 continue
-            run, assumed, skip = row_to_run(row, base)
-            if skip:
-                continue
-            if assumed and not project(run).fits:
-                if not quiet:
-                    print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
+            run = _fit_run(row, base, quiet=quiet)
+            if run is None:
                 continue
             q, meas = _measured(row)
             out.append(FitRow(row["id"], run.model.name, run.cluster.hardware.name, _at_priors(run), q, meas,

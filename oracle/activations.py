@@ -46,8 +46,8 @@ class MemoryAssumptions:
     fsdp_unsharded_grad: bool = True
     """FSDP: one unit's unsharded fp32 gradient exists before its reduce-scatter."""
     fp8_weight_cache: bool = True
-    """precision=fp8: TE caches each GEMM weight in FP8 row- and column-wise (2 x 1 B) across the
-    micro-batches of a step (Megatron passes is_first_microbatch); not with FSDP."""
+    """precision=fp8 (nvfp4): TE caches each GEMM weight in FP8 (NVFP4) row- and column-wise (2 x 1 B,
+    2 x 0.5625 B) across the micro-batches of a step (Megatron passes is_first_microbatch); not with FSDP."""
     deepep_nvl_tokens_per_peer: int = 2560
     """DeepEP NVLink buffer, in H-wide bf16 tokens per intra-node peer: 10 channels x 256 receive
     tokens (DeepEP's default dispatch Config(20 SMs, 6, 256, 6, 128), get_nvl_buffer_size_hint)."""

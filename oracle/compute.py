@@ -19,7 +19,8 @@ from functools import lru_cache
 
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
-from oracle.opgraph import ATTENTION, GEMM, POST_SYNC, Op, Shapes, embedding_ops, layer_ops, output_ops
+from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, Op, Shapes, embedding_ops, layer_ops, moe_pairs,
+                            output_ops)
 
 BF16 = 2
 FP32 = 4
@@ -229,8 +230,7 @@ class LayerModel:
             moe_f = sum(p[1] for p in priced if p[0].name in ("router", "router_topk")) + sum(p[1] for p in post)
             moe_bw = sum(p[2] + p[3] for p in priced if p[0].name in ("router", "router_topk")) + \
                 sum(p[2] + p[3] for p in post)
-            pairs = self.T_sp * m.moe_topk * t.etp * t.moe_imbalance
-            comm.update(self._moe_comm(moe_f, moe_bw, pairs))
+            comm.update(self._moe_comm(moe_f, moe_bw, moe_pairs(m, self.shapes)))
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
         # host-bound stretches: per forward segment (the dispatcher sync stops the host running ahead)
         # max(device, host); backward has no sync, one stretch. The idle is the excess over the device.

@@ -122,6 +122,11 @@ class TrainingConfig:
         return self.sp if self.tp_comm_overlap == "auto" else bool(self.tp_comm_overlap) and self.tp > 1
 
     @property
+    def gemm_dtype(self) -> str:
+        """Input precision of the decoder layers' linear GEMMs: bf16 | fp8 | fp4 (nvfp4)."""
+        return {"fp8": "fp8", "nvfp4": "fp4"}.get(self.precision, "bf16")
+
+    @property
     def schedule(self) -> str:
         """The concrete schedule ('auto' resolved)."""
         if self.pp_schedule != "auto":

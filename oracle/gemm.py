@@ -29,7 +29,7 @@ def _dtype_peak(hw: HardwareProfile, dtype: str) -> float:
 def _runnable(hw: HardwareProfile, dtype: str) -> str:
     """The precision a GEMM actually runs in on this part (fp4 -> fp8 -> bf16 where unsupported or unfitted)."""
     e = hw.efficiency
-    if dtype == "fp4" and ("fp4" not in hw.peak_flops_per_s or e.gemm_fp4 <= 0):
+    if dtype == "fp4" and not hw.fp4_gemms:
         dtype = "fp8"
     if dtype == "fp8" and ("fp8" not in hw.peak_flops_per_s or e.gemm_fp8 <= 0):
         dtype = "bf16"

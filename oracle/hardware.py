@@ -150,6 +150,11 @@ class HardwareProfile:
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops_per_s
 
+    @property
+    def fp4_gemms(self) -> bool:
+        """NVFP4 GEMMs can be priced: the part has an FP4 peak and a fitted/sourced ``gemm_fp4``."""
+        return self.supports("fp4") and self.efficiency.gemm_fp4 > 0
+
     def memory_cap_bytes(self, margin: float = DEFAULT_MEMORY_MARGIN) -> float:
         """Usable memory cap = (HBM - runtime reserve) x (1 - margin) (paper App. C.3: margin 0.10)."""
         return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * (1.0 - margin)

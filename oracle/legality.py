@@ -116,7 +116,7 @@ def check(run: RunConfig) -> list[str]:
     if t.precision == "fp8" and not hw.supports("fp8"):
         p.append(f"precision=fp8 needs FP8 support; hardware {hw.name!r} has "
                  f"{', '.join(sorted(hw.peak_flops_per_s))} only")
-    if t.precision == "nvfp4" and not (hw.supports("fp4") and hw.efficiency.gemm_fp4 > 0):
+    if t.precision == "nvfp4" and not hw.fp4_gemms:
         p.append(f"precision=nvfp4 needs FP4 tensor cores with a gemm_fp4 efficiency in the profile; hardware "
                  f"{hw.name!r} has {', '.join(sorted(hw.peak_flops_per_s))} (use bf16 or fp8)")
     if t.fp8_activations and t.precision != "fp8":

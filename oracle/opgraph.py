@@ -110,9 +110,8 @@ class Shapes:
     def of(cls, run) -> "Shapes":
         t = run.training
         T = t.mbs * t.seq_len // t.cp
-        dtype = {"fp8": "fp8", "nvfp4": "fp4"}.get(t.precision, "bf16")
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
-                   seq_len=t.seq_len, dtype=dtype, moe_imbalance=t.moe_imbalance)
+                   seq_len=t.seq_len, dtype=t.gemm_dtype, moe_imbalance=t.moe_imbalance)
 
 
 def _cast_bytes(dtype: str, elems: float) -> float:
@@ -173,13 +172,19 @@ def mlp_ops(card, s: Shapes, ffn: int, tokens: int, prefix: str = "mlp", segment
     return ops
 
 
+def moe_pairs(card, s: Shapes) -> float:
+    """(token, expert) pairs the busiest rank's local experts process per micro-batch (paper Sec. 4.10):
+    the SP shard's tokens x top-k x ETP, times the imbalance."""
+    return s.T_sp * card.moe_topk * s.etp * s.moe_imbalance
+
+
 def moe_ops(card, s: Shapes) -> list[Op]:
     """Router + top-k, permute, grouped expert GEMMs (busiest rank, paper Sec. 4.10), unpermute, shared
     experts. The dispatcher's device-to-host sync splits the forward after the router."""
     H, dt = card.hidden_size, s.dtype
     tokens = s.T_sp  # the router and dispatcher work on the sequence-parallel shard
     E_local = card.num_experts // s.ep
-    pairs = tokens * card.moe_topk * s.etp * s.moe_imbalance
+    pairs = moe_pairs(card, s)
     m_e = max(1, ceil(pairs / E_local))
     ffn_l = card.expert_ffn // s.etp
     up = (2 if card.gated else 1) * ffn_l

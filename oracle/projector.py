@@ -369,8 +369,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     tps = tokens / iteration / n
     flops_tok = model_flops_per_token(m, t.seq_len)
     tflops = tps * flops_tok / 1e12
-    gemm_dtype = {"fp8": "fp8", "nvfp4": "fp4"}.get(t.precision, "bf16")
-    peak = hw.peak_flops(gemm_dtype)
+    peak = hw.peak_flops(t.gemm_dtype)
     compute = mb * sum(c.f_compute_s + c.b_compute_s + c.w_compute_s for c in chunks[crit])
     recompute = mb * sum(c.recompute_s for c in chunks[crit])
     host_sync = mb * sum(c.host_s for c in chunks[crit])
@@ -383,7 +382,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     details: dict[str, Any] = {
         "schedule": t.schedule, "num_microbatches": mb, "dp": L.dp, "edp": L.edp,
         "critical_rank": crit, "flop_formula": FLOP_FORMULA, "model_flops_per_token": flops_tok,
-        "mfu_peak": f"{gemm_dtype} dense peak of {hw.name}",
+        "mfu_peak": f"{t.gemm_dtype} dense peak of {hw.name}",
         "stage_times_s": [[{"f": c.f_s, "b": c.b_s, "w": c.w_s} for c in row] for row in chunks],
         "makespan_s": makespan,
         "schedule_approximate": bool(pp > 1 and res.approximate),

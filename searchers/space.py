@@ -187,7 +187,7 @@ class SearchSpace:
             "mbs": [1, 2, 4, 8],
             "recompute": ["none", "selective", "full"],
             "precision": (["bf16"] + (["fp8"] if hw.supports("fp8") else [])
-                          + (["nvfp4"] if hw.supports("fp4") and hw.efficiency.gemm_fp4 > 0 else [])),
+                          + (["nvfp4"] if hw.fp4_gemms else [])),
             "use_distributed_optimizer": [False, True],
             "fsdp": [False, True],
         }
