@@ -1,8 +1,11 @@
 """Per-module memory of one GPU: parameters held and activations saved per micro-batch.
 
-Each decoder layer, the embedding and the output head is a ``Block`` of ``Module``s, and each
-module lists the tensors autograd keeps for its backward pass (``Tensor``), as Megatron-Core with
-Transformer Engine (TE) keeps them. Symbols (one micro-batch, one GPU):
+Each decoder layer, the embedding and the output head is a ``Block`` of ``Module``s. A module holds its
+parameters and the tensors autograd keeps for its backward pass, as Megatron-Core with Transformer
+Engine (TE) keeps them. The saved tensors are not listed here: they are the ``saved`` tensors of the
+op graph's ops (``oracle.opgraph``, the one description of a layer that compute prices), grouped by the
+module each op belongs to (``module_of``). Only the MTP module's own norms and projection, which have no
+ops in the graph, list theirs here. Symbols (one micro-batch, one GPU):
 
     T   = mbs * seq_len / cp      tokens of the micro-batch on this context-parallel rank
     Ts  = T / tp with sequence parallelism (SP), else T   (norm / residual / GEMM-input regions)
@@ -16,15 +19,19 @@ exactly under ``MemoryAssumptions(flash_attention=False, dropout=True)`` (tests/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.model_card import ModelCard
+from oracle.opgraph import (BF16, FP32, INT64, KEPT, MASK, SELECTIVE, Op, Saved, Shapes, embedding_ops,
+                            kv_heads_per_rank, layer_ops, output_ops)
 
-BF16, FP32, INT64, MASK = 2, 4, 8, 1
-"""Bytes per element: bf16 tensors, fp32 tensors, int64 token ids, torch.bool dropout masks."""
+__all__ = ["BF16", "FP32", "INT64", "MASK", "MemoryAssumptions", "DEFAULT", "Tensor", "Module", "Block", "Blocks",
+           "Shape", "shape_of", "blocks", "make_block", "module_of", "layer_activation_bytes",
+           "attention_params_per_gpu", "mlp_params_per_gpu"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,14 +65,9 @@ class MemoryAssumptions:
 DEFAULT = MemoryAssumptions()
 
 
-@dataclass(frozen=True, slots=True)
-class Tensor:
-    """One saved tensor of one module (bytes per micro-batch)."""
-
-    name: str
-    bytes: float
-    core_attention: bool = False
-    """Part of core attention (softmax / logsumexp): dropped by selective recompute."""
+Tensor = Saved
+"""One saved tensor of one module (bytes per micro-batch): the op graph's ``Saved``, whose ``dropped_by``
+says which recompute mode drops it ('selective': core attention; 'kept': the full-recompute checkpoint)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ class Module:
 
     name: str
     params: float
-    tensors: tuple[Tensor, ...] = ()
+    tensors: tuple[Saved, ...] = ()
     expert: bool = False
     """Routed-expert weights (optimizer sharded over expert data parallel, edp)."""
     gemm: bool = False
@@ -95,7 +97,7 @@ class Block:
     act_selective: float
     """Saved bytes with core attention recomputed (Megatron 'selective')."""
     checkpoint_bytes: float
-    """Saved bytes under full recompute: the bf16 layer input only."""
+    """Saved bytes under full recompute: the tensors tagged ``kept`` (the bf16 layer input only)."""
 
     @property
     def params(self) -> float:
@@ -108,49 +110,40 @@ class Block:
         return self.act_selective if policy == "selective" else self.act_none
 
 
-def make_block(name: str, modules: tuple[Module, ...], checkpoint_bytes: float) -> Block:
+def make_block(name: str, modules: tuple[Module, ...]) -> Block:
+    """Sum a block's modules: parameters by kind, saved bytes per recompute mode (from the tensors' tags)."""
     none = sum(t.bytes for m in modules for t in m.tensors)
-    core = sum(t.bytes for m in modules for t in m.tensors if t.core_attention)
+    core = sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == SELECTIVE)
     return Block(name, modules,
                  params_dense=sum(m.params for m in modules if not m.expert),
                  params_expert=sum(m.params for m in modules if m.expert),
                  gemm_params=sum(m.params for m in modules if m.gemm),
-                 act_none=none, act_selective=none - core, checkpoint_bytes=checkpoint_bytes)
+                 act_none=none, act_selective=none - core,
+                 checkpoint_bytes=sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == KEPT))
 
 
 @dataclass(frozen=True, slots=True)
 class Shape:
     """Everything besides the card that sizes a block (hashable: the block cache key)."""
 
+    graph: Shapes
+    """The op graph's per-rank shapes, with the saved-tensor assumptions below applied."""
     tokens: float
     """T = mbs * seq_len / cp."""
     seq_tokens: float
     """Ts = T / tp with SP, else T."""
-    seq_len: int
-    tp: int
-    ep: int
-    etp: int
-    b_gemm: int
-    """Bytes per saved GEMM input (1 with fp8_activations, else 2)."""
-    moe_imbalance: float
     assumptions: MemoryAssumptions
 
 
 def shape_of(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT) -> Shape:
-    t = run.training
+    t, a = run.training, assumptions
     tokens = t.mbs * t.seq_len / t.cp
-    return Shape(tokens=tokens, seq_tokens=tokens / t.tp if t.sp else tokens, seq_len=t.seq_len,
-                 tp=t.tp, ep=t.ep, etp=t.etp, b_gemm=1 if t.fp8_activations else BF16,
-                 moe_imbalance=t.moe_imbalance, assumptions=assumptions)
+    graph = replace(Shapes.of(run), flash_attention=a.flash_attention, dropout=a.dropout,
+                    router_saved_bytes=FP32 if a.router_fp32 else BF16)
+    return Shape(graph=graph, tokens=tokens, seq_tokens=tokens / t.tp if t.sp else tokens, assumptions=a)
 
 
 # ---------------------------------------------------------------------------------- parameters
-def _kv_heads_per_rank(card: ModelCard, tp: int) -> float:
-    """KV heads on one TP rank; with tp > g Megatron replicates one group per rank."""
-    g = card.kv_heads
-    return g / tp if g >= tp else 1.0
-
-
 def attention_params_per_gpu(card: ModelCard, tp: int) -> float:
     """Attention weights without the input norm: TP-split linears, replicated norms/row-parallel bias."""
     h = card.hidden_size
@@ -166,7 +159,7 @@ def attention_params_per_gpu(card: ModelCard, tp: int) -> float:
         else:
             split += h * card.q_width
         return rep + split / tp
-    qkv_out = card.q_width / tp + 2 * _kv_heads_per_rank(card, tp) * card.head_size
+    qkv_out = card.q_width / tp + 2 * kv_heads_per_rank(card, tp) * card.head_size
     p = h * qkv_out + card.attn_out_width / tp * h
     if card.linear_bias or card.qkv_bias:
         p += qkv_out
@@ -189,131 +182,72 @@ def mlp_params_per_gpu(card: ModelCard, ffn: float, tp: int) -> float:
 
 
 # ---------------------------------------------------------------------------------- modules
-def _norm(card: ModelCard, s: Shape, name: str) -> Module:
-    # norm input, sequence-sharded under SP (K22 "LayerNorm: 2sbh" each)
-    return Module(name, card.norm_params(card.hidden_size), (Tensor("input", s.seq_tokens * card.hidden_size * BF16),))
+_MODULE_OF_OP = {"attn_norm": "input_norm", "attn_residual": "attention_residual", "mlp_norm": "pre_mlp_norm",
+                 "mlp_residual": "mlp_residual", "router": "router", "router_topk": "router",
+                 "permute": "token_dispatcher", "embedding": "embedding", "final_norm": "final_norm",
+                 "logits": "output_layer", "loss": "loss"}
+_MODULE_OF_PREFIX = {"mlp": "mlp", "experts": "experts", "shared": "shared_experts"}
 
 
-def _residual(card: ModelCard, s: Shape, name: str) -> Module:
-    # bias-dropout-add keeps only the dropout mask (K22 "dropout mask: sbh"); the add saves nothing
-    t = (Tensor("dropout_mask", s.seq_tokens * card.hidden_size * MASK),) if s.assumptions.dropout else ()
-    return Module(name, 0.0, t)
+def module_of(op_name: str) -> str:
+    """The Megatron-Core module an op of the graph runs in (``mlp_*`` the dense MLP, ``experts_*`` the
+    routed experts, ``shared_*`` the shared experts; QKV / MLA projections, RoPE, core attention and the
+    output projection are ``self_attention``)."""
+    if op_name in _MODULE_OF_OP:
+        return _MODULE_OF_OP[op_name]
+    return _MODULE_OF_PREFIX.get(op_name.split("_")[0], "self_attention")
 
 
-def _attention(card: ModelCard, s: Shape) -> Module:
-    T, Ts, h, A = s.tokens, s.seq_tokens, card.hidden_size, s.assumptions
-    a_r = card.num_attention_heads / s.tp
-    # QKV GEMM input = norm output (K22 "QKV input 2sbh"; SP keeps it sequence-sharded)
-    t = [Tensor("qkv_input", Ts * h * s.b_gemm)]
-    if card.attention == "mla":
-        ql, kvl = card.q_lora_rank, card.kv_lora_rank or 0
-        if ql:  # q_norm input and q_up GEMM input (Megatron MLA, down-projection on the SP shard)
-            t += [Tensor("q_latent", Ts * ql * BF16), Tensor("q_up_input", Ts * ql * s.b_gemm)]
-        t += [Tensor("kv_latent", Ts * kvl * BF16), Tensor("kv_up_input", Ts * kvl * s.b_gemm)]
-        nope, rope, dv = card.qk_nope_head_dim or 0, card.qk_rope_head_dim or 0, card.v_head_dim or 0
-        q_w = k_w = a_r * (nope + rope)  # up-projected Q and K (rope part broadcast to every head)
-        v_w = ctx_w = a_r * dv
-    else:
-        d = card.head_size
-        q_w = ctx_w = a_r * d
-        k_w = v_w = _kv_heads_per_rank(card, s.tp) * d
-        if card.qk_layernorm:  # per-head q/k norm inputs (Qwen3)
-            t += [Tensor("q_norm_input", T * q_w * BF16), Tensor("k_norm_input", T * k_w * BF16)]
-    # Q, K, V kept by core attention (K22 "QK^T: 4sbh", "V: 2sbh")
-    t += [Tensor("q", T * q_w * BF16), Tensor("k", T * k_w * BF16), Tensor("v", T * v_w * BF16)]
-    if A.flash_attention:
-        # flash attention keeps an fp32 logsumexp per (head, token) (TE softmax_lse, b x a/tp x s/cp)
-        t.append(Tensor("softmax_lse", a_r * T * FP32, core_attention=True))
-    else:
-        scores = a_r * T * s.seq_len  # (a/tp) x b x (s/cp) x s score matrix
-        t.append(Tensor("softmax_output", scores * BF16, core_attention=True))  # K22 "softmax output: 2as^2b"
-        if A.dropout:  # K22 "softmax dropout mask as^2b" + "dropout output 2as^2b"
-            t += [Tensor("attn_dropout_mask", scores * MASK, core_attention=True),
-                  Tensor("attn_dropout_output", scores * BF16, core_attention=True)]
-    # output-projection GEMM input (K22 "linear projection: 2sbh")
-    t.append(Tensor("context", T * ctx_w * s.b_gemm))
-    return Module("self_attention", attention_params_per_gpu(card, s.tp), tuple(t), gemm=True)
-
-
-def _mlp_tensors(card: ModelCard, tokens: float, ffn_r: float, s: Shape) -> list[Tensor]:
-    up = 2 if card.gated else 1
-    # fc1 output = activation input (K22 GeLU input 8sbh; SwiGLU keeps gate+up 2F)
-    # activation output = fc2 GEMM input (K22 "8sbh")
-    return [Tensor("fc1_output", tokens * up * ffn_r * BF16), Tensor("act_output", tokens * ffn_r * s.b_gemm)]
-
-
-def _dense_mlp(card: ModelCard, s: Shape) -> Module:
-    ffn = card.ffn_hidden_size or 0
-    # fc1 GEMM input = norm output (K22 "2sbh", SP-sharded)
-    t = [Tensor("fc1_input", s.seq_tokens * card.hidden_size * s.b_gemm)] + _mlp_tensors(card, s.tokens, ffn / s.tp, s)
-    return Module("mlp", mlp_params_per_gpu(card, ffn, s.tp), tuple(t), gemm=True)
-
-
-def _moe_modules(card: ModelCard, s: Shape) -> list[Module]:
-    h, E, k, A = card.hidden_size, card.num_experts, card.moe_topk, s.assumptions
-    Tr = s.seq_tokens  # tokens this GPU routes (Megatron MoE with tp > 1 requires SP)
-    rb = FP32 if A.router_fp32 else BF16
-    # router GEMM input = pre-MLP norm output (the same tensor feeds dispatch and shared experts);
-    # logits and probabilities T x E (fp32)
-    router = Module("router", card.router_params(), (
-        Tensor("router_input", Tr * h * BF16), Tensor("router_logits", Tr * E * rb),
-        Tensor("router_probs", Tr * E * rb)))
-    # the combine needs only the routing map (probs are applied in the expert activation,
-    # Megatron-Core weighted SwiGLU), so no k*T*H copy is saved on the way back
-    dispatcher = Module("token_dispatcher", 0.0, (Tensor("routing_map", Tr * E * MASK),))
-    # uniform routing: each GPU of the EP group receives k x its routed tokens on average; ETP
-    # all-gathers them over the etp ranks of an expert; the busiest rank gets moe_imbalance x that
-    Te = k * Tr * s.etp * s.moe_imbalance
-    fe_r = card.expert_ffn / s.etp
-    t = [Tensor("expert_fc1_input", Te * h * s.b_gemm), Tensor("expert_probs", Te * FP32)] + _mlp_tensors(card, Te, fe_r, s)
-    experts = Module("experts", E / s.ep * mlp_params_per_gpu(card, card.expert_ffn, s.etp), tuple(t),
-                     expert=True, gemm=True)
-    mods = [router, dispatcher, experts]
-    if card.num_shared_experts:
-        sh = card.shared_ffn
-        # fc1 input is the router input tensor (bf16: no extra copy; fp8: TE keeps an FP8 cast)
-        st = ([Tensor("fc1_input_fp8", Tr * h * s.b_gemm)] if s.b_gemm != BF16 else []) + _mlp_tensors(card, s.tokens, sh / s.tp, s)
-        mods.append(Module("shared_experts", mlp_params_per_gpu(card, sh, s.tp), tuple(st), gemm=True))
-    return mods
+def _with_saved(modules: Sequence[Module], ops: Sequence[Op], prefix: str = "") -> list[Module]:
+    """``modules`` with the saved tensors of the ops that run in them, in op order."""
+    saved: dict[str, list[Saved]] = {m.name: [] for m in modules}
+    for op in ops:
+        saved[prefix + module_of(op.name)] += op.saved  # KeyError: an op whose module the block lacks
+    return [replace(m, tensors=tuple(saved[m.name])) for m in modules]
 
 
 def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
-    h = card.hidden_size
-    mods = [_norm(card, s, "input_norm"), _attention(card, s), _residual(card, s, "attention_residual"),
-            _norm(card, s, "pre_mlp_norm")]
-    mods += _moe_modules(card, s) if kind == "moe" else [_dense_mlp(card, s)]
-    mods.append(_residual(card, s, "mlp_residual"))
-    # full recompute keeps only the bf16 layer input, SP-sharded (paper B.1: MBS x S/(TP*CP) x H)
-    return make_block(f"{kind}_layer", tuple(mods), checkpoint_bytes=s.seq_tokens * h * BF16)
+    g = s.graph
+    norm = card.norm_params(card.hidden_size)
+    mods = [Module("input_norm", norm), Module("self_attention", attention_params_per_gpu(card, g.tp), gemm=True),
+            Module("attention_residual", 0.0), Module("pre_mlp_norm", norm)]
+    if kind == "moe":
+        mods += [Module("router", card.router_params()), Module("token_dispatcher", 0.0),
+                 Module("experts", card.num_experts / g.ep * mlp_params_per_gpu(card, card.expert_ffn, g.etp),
+                        expert=True, gemm=True)]
+        if card.num_shared_experts:
+            mods.append(Module("shared_experts", mlp_params_per_gpu(card, card.shared_ffn, g.tp), gemm=True))
+    else:
+        mods.append(Module("mlp", mlp_params_per_gpu(card, card.ffn_hidden_size or 0, g.tp), gemm=True))
+    mods.append(Module("mlp_residual", 0.0))
+    # saved tensors: the op graph's (the window changes attention FLOPs, not its saved tensors)
+    return make_block(f"{kind}_layer", tuple(_with_saved(mods, layer_ops(card, g, kind))))
 
 
 def _embedding(card: ModelCard, s: Shape) -> Block:
     pos = card.max_seq_len * card.hidden_size if card.position_embedding == "learned" else 0
-    # vocab-parallel lookup keeps its int64 token ids; its output is layer 0's saved norm input
-    m = Module("embedding", card.padded_vocab(s.tp) * card.hidden_size / s.tp + pos,
-               (Tensor("token_ids", s.tokens * INT64),))
-    return make_block("embedding", (m,), 0.0)
+    m = Module("embedding", card.padded_vocab(s.graph.tp) * card.hidden_size / s.graph.tp + pos)
+    return make_block("embedding", tuple(_with_saved([m], embedding_ops(card, s.graph))))
 
 
 def _head_modules(card: ModelCard, s: Shape, holds_weight: bool, prefix: str = "") -> list[Module]:
-    h, v_r = card.hidden_size, card.padded_vocab(s.tp) / s.tp
-    return [_norm(card, s, f"{prefix}final_norm"),
-            # output GEMM input (bf16: Megatron runs the head outside the FP8 region), logits
-            # T x V/tp kept (bf16) by the cross entropy, per-token fp32 loss
-            Module(f"{prefix}output_layer", v_r * h if holds_weight else 0.0,
-                   (Tensor("input", s.seq_tokens * h * BF16), Tensor("logits", s.tokens * v_r * BF16))),
-            Module(f"{prefix}loss", 0.0, (Tensor("per_token_loss", s.tokens * FP32),))]
+    tp = s.graph.tp
+    h, v_r = card.hidden_size, card.padded_vocab(tp) / tp
+    mods = [Module(f"{prefix}final_norm", card.norm_params(h)),
+            Module(f"{prefix}output_layer", v_r * h if holds_weight else 0.0), Module(f"{prefix}loss", 0.0)]
+    # loss_fusion changes the loss's bytes moved, not what it saves
+    return _with_saved(mods, output_ops(card, s.graph, card.padded_vocab(tp) // tp, loss_fusion=True), prefix)
 
 
 def _head(card: ModelCard, s: Shape, holds_weight: bool) -> Block:
-    return make_block("output_head", tuple(_head_modules(card, s, holds_weight)), 0.0)
+    return make_block("output_head", tuple(_head_modules(card, s, holds_weight)))
 
 
 def _scaled(mods: list[Module], n: int) -> tuple[Module, ...]:
     if n == 1:
         return tuple(mods)
-    return tuple(Module(m.name, m.params * n, tuple(Tensor(t.name, t.bytes * n, t.core_attention) for t in m.tensors),
-                        m.expert, m.gemm) for m in mods)
+    return tuple(replace(m, params=m.params * n, tensors=tuple(replace(t, bytes=t.bytes * n) for t in m.tensors))
+                 for m in mods)
 
 
 def _mtp(card: ModelCard, s: Shape, kind: str) -> tuple[Block, Block]:
@@ -321,14 +255,17 @@ def _mtp(card: ModelCard, s: Shape, kind: str) -> tuple[Block, Block]:
     stage: the recomputable part (norms, eh_proj, one layer) and its head (shares the output weight)."""
     h, Ts, n = card.hidden_size, s.seq_tokens, card.mtp_layers
     layer = _layer(card, s, kind)
-    mods = [Module("mtp_embedding_lookup", 0.0, (Tensor("token_ids", s.tokens * INT64),)),
-            Module("mtp_norms", 2 * card.norm_params(h), (Tensor("enorm_input", Ts * h * BF16),
-                                                          Tensor("hnorm_input", Ts * h * BF16))),
-            Module("mtp_eh_proj", 2 * h * h / s.tp, (Tensor("input", Ts * 2 * h * BF16),), gemm=True)]
-    mods += [Module(f"mtp_layer.{m.name}", m.params, m.tensors, m.expert, m.gemm) for m in layer.modules]
-    # full recompute checkpoints the MTP layer's hidden-state input (Megatron MTP _checkpointed_forward)
-    body = make_block(f"mtp x{n}", _scaled(mods, n), layer.checkpoint_bytes * n)
-    head = make_block(f"mtp_head x{n}", _scaled(_head_modules(card, s, holds_weight=False, prefix="mtp_"), n), 0.0)
+    # the op graph has no ops for the MTP's norms and eh_proj (the projector prices an MTP module as one
+    # layer + one head), so their saved tensors are listed here
+    mods = [Module("mtp_embedding_lookup", 0.0, embedding_ops(card, s.graph)[0].saved),
+            Module("mtp_norms", 2 * card.norm_params(h), (Saved("enorm_input", Ts * h * BF16),
+                                                          Saved("hnorm_input", Ts * h * BF16))),
+            Module("mtp_eh_proj", 2 * h * h / s.graph.tp, (Saved("input", Ts * 2 * h * BF16),), gemm=True)]
+    mods += [replace(m, name=f"mtp_layer.{m.name}") for m in layer.modules]
+    # full recompute checkpoints the MTP layer's hidden-state input (Megatron MTP _checkpointed_forward):
+    # the layer's 'kept' input norm tensor
+    body = make_block(f"mtp x{n}", _scaled(mods, n))
+    head = make_block(f"mtp_head x{n}", _scaled(_head_modules(card, s, holds_weight=False, prefix="mtp_"), n))
     return body, head
 
 

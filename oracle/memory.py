@@ -1,8 +1,8 @@
 """Per-GPU memory projection (paper App. B.1, with Megatron-Core's accounting): weights, gradients,
 optimizer state, saved activations x in-flight micro-batches, and transient buffers, per pipeline rank.
 
-The per-module shapes live in :mod:`oracle.activations`; this module assigns them to pipeline ranks,
-applies the byte costs and sharding, and the schedule's in-flight micro-batch count. The worst rank
+The per-module shapes live in :mod:`oracle.activations` (saved tensors: the op graph's,
+:mod:`oracle.opgraph`); this module assigns them to pipeline ranks, applies the byte costs and sharding, and the schedule's in-flight micro-batch count. The worst rank
 decides ``fits`` against ``Cluster.memory_cap_bytes`` (HBM - reserve, less ``cluster.memory_margin``). See docs/memory.md for the derivations.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from oracle.activations import (BF16, DEFAULT, FP32, Block, Blocks, MemoryAssump
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout
+from oracle.opgraph import SELECTIVE
 from oracle.pipeline.schedules import get_schedule
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
 
@@ -297,7 +298,7 @@ def _tensor_nodes(blk: Block, n: int, policy: str) -> tuple[MemoryNode, ...]:
             tensors = ()
         else:
             tensors = tuple(MemoryNode(name=x.name, activation_bytes=n * x.bytes) for x in mod.tensors
-                            if not (policy == "selective" and x.core_attention))
+                            if not (policy == "selective" and x.dropped_by == SELECTIVE))
         kids.append(MemoryNode(name=mod.name, params=n * mod.params,
                                activation_bytes=sum(c.activation_bytes for c in tensors), children=tensors))
     if policy == "checkpoint":

@@ -1,6 +1,6 @@
 """One decoder layer (and the embedding / output head) as a list of ops: the one description of a layer
-that simulate timing prices (oracle.compute), the FLOP count checks against (oracle.flops) and benchmark
-mode names its measurements by.
+that simulate timing prices (oracle.compute), the FLOP count checks against (oracle.flops), memory sums
+the saved activations of (oracle.activations) and benchmark mode names its measurements by.
 
 An op is what one rank runs for one micro-batch: a GEMM [m x k] @ [k x n] (``groups`` of them for the
 grouped expert GEMMs), the flash-attention core, or a memory-bound kernel group (norms, RoPE, residual
@@ -13,6 +13,9 @@ engineering counts read off Megatron-Core's TransformerLayer / MoELayer with TE 
 they set the *shape* of the host cost (MoE layers issue ~3x a dense layer's ops, expert loops scale with
 the local experts); its *scale* is the fitted ``host_op_s`` of each GPU generation (docs/kernel-model.md).
 
+Each op also lists the tensors autograd keeps for its backward (``saved``), as Megatron-Core with TE
+keeps them, each tagged with the cheapest recompute mode that drops it (docs/memory.md Sec. 3).
+
 Shapes follow Megatron-Core: T = mbs*seq/cp tokens per rank; TP-split GEMMs see all T tokens
 (sequence-parallel regions are gathered first), norms/residuals see T/tp with SP.
 """
@@ -24,10 +27,30 @@ from math import ceil
 BF16 = 2
 FP32 = 4
 FP8 = 1
+INT64 = 8
+MASK = 1
+"""torch.bool dropout mask / routing map: 1 B per element."""
 
 GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
 PRE_SYNC, POST_SYNC = 0, 1
 """Forward segments of an MoE layer: ops before / after the dispatcher's device-to-host sync."""
+SELECTIVE, FULL, KEPT = "selective", "full", "kept"
+"""Recompute tags of a saved tensor: dropped by selective (core attention, Megatron recompute_modules=
+['core_attn']) and full recompute; dropped by full recompute only; kept even then (the layer input,
+the full-recompute checkpoint)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """One tensor an op keeps for its backward pass (bytes per micro-batch on this rank)."""
+
+    name: str
+    bytes: float
+    dropped_by: str = FULL
+    """Cheapest recompute mode that drops it: ``selective`` | ``full`` | ``kept`` (never dropped)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bytes", float(self.bytes))  # int token counts x int sizes: keep bytes a float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +93,13 @@ class Op:
     """Extra launches issued from a C++ loop in forward (per-expert GEMMs); backward issues 2x."""
     segment: int = PRE_SYNC
     """Forward segment relative to the MoE dispatcher's device-to-host sync."""
+    saved: tuple[Saved, ...] = ()
+    """Tensors kept for backward (oracle.activations sums them per layer, module and recompute mode)."""
+
+    @property
+    def saved_bytes(self) -> float:
+        """Bytes this op keeps for backward without recompute."""
+        return sum(t.bytes for t in self.saved)
 
     @property
     def flops_f(self) -> float:
@@ -105,13 +135,50 @@ class Shapes:
     dtype: str
     """Decoder-layer GEMM precision: bf16 | fp8 | fp4."""
     moe_imbalance: float = 1.0
+    saved_gemm_bytes: int = BF16
+    """Bytes per saved GEMM input: 1 with fp8_activations (TE saves FP8 inputs; paper App. B.1's B_act)."""
+    flash_attention: bool = True
+    """Saved tensors only (oracle.activations.MemoryAssumptions): fused attention keeps a logsumexp,
+    not the a x s x s softmax."""
+    dropout: bool = False
+    """Saved tensors only: dropout keeps masks (K22)."""
+    router_saved_bytes: int = FP32
+    """Saved tensors only: router logits / probabilities in fp32 (Megatron moe_router_dtype=fp32)."""
 
     @classmethod
     def of(cls, run) -> "Shapes":
         t = run.training
         T = t.mbs * t.seq_len // t.cp
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
-                   seq_len=t.seq_len, dtype=t.gemm_dtype, moe_imbalance=t.moe_imbalance)
+                   seq_len=t.seq_len, dtype=t.gemm_dtype, moe_imbalance=t.moe_imbalance,
+                   saved_gemm_bytes=FP8 if t.fp8_activations else BF16)
+
+
+def kv_heads_per_rank(card, tp: int) -> float:
+    """KV heads on one TP rank; with tp > g Megatron replicates one group per rank."""
+    g = card.kv_heads
+    return g / tp if g >= tp else 1.0
+
+
+def _dropout_mask(s: Shapes, hidden: int) -> tuple[Saved, ...]:
+    # bias-dropout-add keeps only the dropout mask (K22 "dropout mask: sbh"); the add saves nothing
+    return (Saved("dropout_mask", s.T_sp * hidden * MASK),) if s.dropout else ()
+
+
+def _core_attention_saved(card, s: Shapes, q_w: float, k_w: float, v_w: float) -> tuple[Saved, ...]:
+    """Q, K, V kept by core attention (K22 "QK^T: 4sbh", "V: 2sbh") and its softmax statistics."""
+    T, a_r = s.T, card.num_attention_heads / s.tp
+    t = [Saved("q", T * q_w * BF16), Saved("k", T * k_w * BF16), Saved("v", T * v_w * BF16)]
+    if s.flash_attention:
+        # flash attention keeps an fp32 logsumexp per (head, token) (TE softmax_lse, b x a/tp x s/cp)
+        t.append(Saved("softmax_lse", a_r * T * FP32, SELECTIVE))
+    else:
+        scores = a_r * T * s.seq_len  # (a/tp) x b x (s/cp) x s score matrix
+        t.append(Saved("softmax_output", scores * BF16, SELECTIVE))  # K22 "softmax output: 2as^2b"
+        if s.dropout:  # K22 "softmax dropout mask as^2b" + "dropout output 2as^2b"
+            t += [Saved("attn_dropout_mask", scores * MASK, SELECTIVE),
+                  Saved("attn_dropout_output", scores * BF16, SELECTIVE)]
+    return tuple(t)
 
 
 def _cast_bytes(dtype: str, elems: float) -> float:
@@ -125,51 +192,85 @@ def _cast_bytes(dtype: str, elems: float) -> float:
 
 def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
     """Input norm, QKV (or MLA projections), RoPE, core attention, output projection, residual."""
-    H, tp, T, Tsp, dt = card.hidden_size, s.tp, s.T, s.T_sp, s.dtype
-    ops: list[Op] = [Op(name="attn_norm", kind=MEMORY, bytes_f=BF16 * 2 * Tsp * H, host_ops=1)]
+    H, tp, T, Tsp, dt, b_g = card.hidden_size, s.tp, s.T, s.T_sp, s.dtype, s.saved_gemm_bytes
+    a_r = card.num_attention_heads / tp
+    # norm input = the layer input, sequence-sharded under SP (K22 "LayerNorm: 2sbh"); full recompute
+    # keeps it as the checkpoint (paper B.1: MBS x S/(TP*CP) x H, bf16)
+    ops: list[Op] = [_norm_op(card, s, "attn_norm", KEPT)]
+    # QKV / down-projection GEMM input = norm output (K22 "QKV input 2sbh"; SP keeps it sequence-sharded)
+    qkv_in = (Saved("qkv_input", Tsp * H * b_g),)
+    qk_norm_saved: tuple[Saved, ...] = ()
     if card.attention == "mla":
         rope = card.qk_rope_head_dim or 0
-        if card.q_lora_rank:
-            ops += [Op(name="q_down", kind=GEMM, m=T, n=card.q_lora_rank, k=H, dtype=dt, host_ops=2),
-                    Op(name="q_up", kind=GEMM, m=T, n=card.q_width // tp, k=card.q_lora_rank, dtype=dt, host_ops=2)]
+        ql, kvl = card.q_lora_rank, card.kv_lora_rank or 0
+        if ql:  # q_norm input and q_up GEMM input (Megatron MLA, down-projection on the SP shard)
+            ops += [Op(name="q_down", kind=GEMM, m=T, n=ql, k=H, dtype=dt, host_ops=2, saved=qkv_in),
+                    Op(name="q_up", kind=GEMM, m=T, n=card.q_width // tp, k=ql, dtype=dt, host_ops=2,
+                       saved=(Saved("q_latent", Tsp * ql * BF16), Saved("q_up_input", Tsp * ql * b_g)))]
         else:
-            ops.append(Op(name="q_proj", kind=GEMM, m=T, n=card.q_width // tp, k=H, dtype=dt, host_ops=2))
+            ops.append(Op(name="q_proj", kind=GEMM, m=T, n=card.q_width // tp, k=H, dtype=dt, host_ops=2, saved=qkv_in))
         ops += [Op(name="kv_down", kind=GEMM, m=T, n=card.kv_lora_rank + rope, k=H, dtype=dt, host_ops=2),
-                Op(name="kv_up", kind=GEMM, m=T, n=card.kv_width // tp, k=card.kv_lora_rank, dtype=dt, host_ops=2)]
+                Op(name="kv_up", kind=GEMM, m=T, n=card.kv_width // tp, k=card.kv_lora_rank, dtype=dt, host_ops=2,
+                   saved=(Saved("kv_latent", Tsp * kvl * BF16), Saved("kv_up_input", Tsp * kvl * b_g)))]
         d_qk, d_v = (card.qk_nope_head_dim or 0) + rope, card.v_head_dim or 0
         qk_elems = T * card.q_width / tp
         in_elems = T * H * 2 + T * (card.q_lora_rank or 0) + T * card.kv_lora_rank
+        q_w = k_w = a_r * d_qk  # up-projected Q and K (rope part broadcast to every head)
+        v_w = ctx_w = a_r * d_v
+        # MLA's qk_layernorm is the latent norms: their inputs are saved by q_up / kv_up above
     else:
         qkv_n = (card.q_width + 2 * card.kv_heads * card.head_size) // tp
-        ops.append(Op(name="qkv", kind=GEMM, m=T, n=qkv_n, k=H, dtype=dt, host_ops=2))
+        ops.append(Op(name="qkv", kind=GEMM, m=T, n=qkv_n, k=H, dtype=dt, host_ops=2, saved=qkv_in))
         d_qk = d_v = card.head_size
         qk_elems = T * (card.q_width + card.kv_heads * d_qk) / tp
         in_elems = T * H
+        q_w = ctx_w = a_r * d_qk
+        k_w = v_w = kv_heads_per_rank(card, tp) * d_qk
+        # per-head q/k norm inputs (Qwen3)
+        qk_norm_saved = (Saved("q_norm_input", T * q_w * BF16), Saved("k_norm_input", T * k_w * BF16))
     if card.qk_layernorm:
-        ops.append(Op(name="qk_norm", kind=MEMORY, bytes_f=BF16 * 2 * qk_elems, kernels=2, host_ops=2))
+        ops.append(Op(name="qk_norm", kind=MEMORY, bytes_f=BF16 * 2 * qk_elems, kernels=2, host_ops=2,
+                      saved=qk_norm_saved))
     ops.append(Op(name="rope", kind=MEMORY, bytes_f=BF16 * 2 * qk_elems, host_ops=2))
     ops.append(Op(name="attn_core", kind=ATTENTION, batch_heads=s.mbs * (card.num_attention_heads // tp),
-                  s_q=s.seq_len // s.cp, s_k=avg_keys(s.seq_len, window), d_qk=d_qk, d_v=d_v, host_ops=3))
-    ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2))
+                  s_q=s.seq_len // s.cp, s_k=avg_keys(s.seq_len, window), d_qk=d_qk, d_v=d_v, host_ops=3,
+                  saved=_core_attention_saved(card, s, q_w, k_w, v_w)))
+    # output-projection GEMM input (K22 "linear projection: 2sbh")
+    ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
+                  saved=(Saved("context", T * ctx_w * b_g),)))
     if dt != "bf16":
         ops.append(Op(name="attn_quant", kind=MEMORY, bytes_f=_cast_bytes(dt, in_elems + T * card.attn_out_width / tp),
                       kernels=2, host_ops=2))
-    ops.append(Op(name="attn_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1))
+    ops.append(Op(name="attn_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1, saved=_dropout_mask(s, H)))
     return ops
 
 
-def mlp_ops(card, s: Shapes, ffn: int, tokens: int, prefix: str = "mlp", segment: int = PRE_SYNC) -> list[Op]:
-    """A TP-split (gated) MLP over ``tokens`` gathered tokens: up, activation, down (+ quantise casts)."""
+def mlp_ops(card, s: Shapes, ffn: int, tokens: int, prefix: str = "mlp", segment: int = PRE_SYNC,
+            saved_input: tuple[Saved, ...] = ()) -> list[Op]:
+    """A TP-split (gated) MLP over ``tokens`` gathered tokens: up, activation, down (+ quantise casts).
+    ``saved_input``: what the up GEMM keeps of its input (the caller knows whether it is shared)."""
     H, tp, dt = card.hidden_size, s.tp, s.dtype
     up = (2 if card.gated else 1) * ffn // tp
-    ops = [Op(name=f"{prefix}_up", kind=GEMM, m=tokens, n=up, k=H, dtype=dt, host_ops=2, segment=segment),
+    act_saved, down_saved = _mlp_saved(card, s, tokens, ffn / tp)
+    ops = [Op(name=f"{prefix}_up", kind=GEMM, m=tokens, n=up, k=H, dtype=dt, host_ops=2, segment=segment,
+              saved=saved_input),
            Op(name=f"{prefix}_act", kind=MEMORY, bytes_f=BF16 * tokens * ffn / tp * (3 if card.gated else 2),
-              host_ops=1, segment=segment),
-           Op(name=f"{prefix}_down", kind=GEMM, m=tokens, n=H, k=ffn // tp, dtype=dt, host_ops=2, segment=segment)]
+              host_ops=1, segment=segment, saved=act_saved),
+           Op(name=f"{prefix}_down", kind=GEMM, m=tokens, n=H, k=ffn // tp, dtype=dt, host_ops=2, segment=segment,
+              saved=down_saved)]
     if dt != "bf16":
         ops.append(Op(name=f"{prefix}_quant", kind=MEMORY, bytes_f=_cast_bytes(dt, tokens * (H + ffn / tp)),
                       kernels=2, host_ops=2, segment=segment))
     return ops
+
+
+def _mlp_saved(card, s: Shapes, tokens: float, ffn_r: float) -> tuple[tuple[Saved, ...], tuple[Saved, ...]]:
+    """(activation op, down GEMM) saved tensors of an MLP of local width ``ffn_r``: the fc1 output is the
+    activation's input (K22 GeLU input 8sbh; SwiGLU keeps gate + up, 2F), bf16 (Megatron
+    activation_func_fp8_input_store=False); the activation output is the fc2 GEMM input (K22 "8sbh")."""
+    up = 2 if card.gated else 1
+    return ((Saved("fc1_output", tokens * up * ffn_r * BF16),),
+            (Saved("act_output", tokens * ffn_r * s.saved_gemm_bytes),))
 
 
 def moe_pairs(card, s: Shapes) -> float:
@@ -188,35 +289,57 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     m_e = max(1, ceil(pairs / E_local))
     ffn_l = card.expert_ffn // s.etp
     up = (2 if card.gated else 1) * ffn_l
-    ops = [Op(name="mlp_norm", kind=MEMORY, bytes_f=BF16 * 2 * tokens * H, host_ops=1),
-           # router logits GEMM runs in bf16/fp32 in Megatron; its weight is tiny, dgrad and wgrad both run
-           Op(name="router", kind=GEMM, m=tokens, n=card.num_experts, k=H, dtype="bf16", host_ops=2),
-           # softmax/sigmoid, top-k, score normalisation, aux loss, token counts per expert
-           Op(name="router_topk", kind=MEMORY, bytes_f=FP32 * 3 * tokens * card.num_experts, kernels=6, host_ops=14),
-           # permute + unpermute copies (k*T*H each way) after the sync, plus sort/unsort by local expert
+    E, rb, b_g = card.num_experts, s.router_saved_bytes, s.saved_gemm_bytes
+    # busiest rank's (token, expert) pairs: each GPU of the EP group receives k x its routed tokens on
+    # average (uniform routing); ETP all-gathers them over the etp ranks; x moe_imbalance
+    act_saved, down_saved = _mlp_saved(card, s, pairs, card.expert_ffn / s.etp)
+    ops = [_norm_op(card, s, "mlp_norm"),
+           # router logits GEMM runs in bf16/fp32 in Megatron; its weight is tiny, dgrad and wgrad both run.
+           # It keeps its input, the pre-MLP norm output (the same tensor feeds dispatch and shared experts)
+           Op(name="router", kind=GEMM, m=tokens, n=E, k=H, dtype="bf16", host_ops=2,
+              saved=(Saved("router_input", tokens * H * BF16),)),
+           # softmax/sigmoid, top-k, score normalisation, aux loss, token counts per expert; keeps the
+           # T x E logits and probabilities (fp32)
+           Op(name="router_topk", kind=MEMORY, bytes_f=FP32 * 3 * tokens * E, kernels=6, host_ops=14,
+              saved=(Saved("router_logits", tokens * E * rb), Saved("router_probs", tokens * E * rb))),
+           # permute + unpermute copies (k*T*H each way) after the sync, plus sort/unsort by local expert.
+           # The combine needs only the routing map (probs are applied in the expert activation,
+           # Megatron-Core weighted SwiGLU), so no k*T*H copy is saved on the way back
            Op(name="permute", kind=MEMORY, bytes_f=BF16 * 2 * (tokens * H + pairs * H), kernels=6, host_ops=12,
-              segment=POST_SYNC),
+              segment=POST_SYNC, saved=(Saved("routing_map", tokens * E * MASK),)),
            Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, dtype=dt, host_ops=2,
-              loop_launches=E_local, segment=POST_SYNC),
+              loop_launches=E_local, segment=POST_SYNC, saved=(Saved("expert_fc1_input", pairs * H * b_g),)),
            Op(name="experts_act", kind=MEMORY, bytes_f=BF16 * pairs * ffn_l * (3 if card.gated else 2), host_ops=1,
-              segment=POST_SYNC),
+              segment=POST_SYNC, saved=(Saved("expert_probs", pairs * FP32),) + act_saved),
            Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, dtype=dt, host_ops=2,
-              loop_launches=E_local, segment=POST_SYNC)]
+              loop_launches=E_local, segment=POST_SYNC, saved=down_saved)]
     if dt != "bf16":
         ops.append(Op(name="experts_quant", kind=MEMORY, bytes_f=_cast_bytes(dt, pairs * (H + ffn_l)), kernels=2,
                       host_ops=2, loop_launches=2 * E_local, segment=POST_SYNC))
     if card.num_shared_experts:
-        ops += mlp_ops(card, s, card.shared_ffn, s.T, prefix="shared", segment=POST_SYNC)
-    ops.append(Op(name="mlp_residual", kind=MEMORY, bytes_f=BF16 * 3 * tokens * H, host_ops=1, segment=POST_SYNC))
+        # fc1 input is the router input tensor (bf16: no extra copy; fp8: TE keeps an FP8 cast)
+        fp8_in = (Saved("fc1_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()
+        ops += mlp_ops(card, s, card.shared_ffn, s.T, prefix="shared", segment=POST_SYNC, saved_input=fp8_in)
+    ops.append(Op(name="mlp_residual", kind=MEMORY, bytes_f=BF16 * 3 * tokens * H, host_ops=1, segment=POST_SYNC,
+                  saved=_dropout_mask(s, H)))
     return ops
+
+
+def _norm_op(card, s: Shapes, name: str, dropped_by: str = FULL) -> Op:
+    # norm input, sequence-sharded under SP (K22 "LayerNorm: 2sbh" each)
+    return Op(name=name, kind=MEMORY, bytes_f=BF16 * 2 * s.T_sp * card.hidden_size, host_ops=1,
+              saved=(Saved("input", s.T_sp * card.hidden_size * BF16, dropped_by),))
 
 
 def dense_mlp_block_ops(card, s: Shapes) -> list[Op]:
     """Post-attention norm, dense MLP, second residual add."""
     H = card.hidden_size
-    return ([Op(name="mlp_norm", kind=MEMORY, bytes_f=BF16 * 2 * s.T_sp * H, host_ops=1)]
-            + mlp_ops(card, s, card.ffn_hidden_size or 0, s.T)
-            + [Op(name="mlp_residual", kind=MEMORY, bytes_f=BF16 * 3 * s.T_sp * H, host_ops=1)])
+    # fc1 GEMM input = norm output (K22 "2sbh", SP-sharded)
+    fc1_in = (Saved("fc1_input", s.T_sp * H * s.saved_gemm_bytes),)
+    return ([_norm_op(card, s, "mlp_norm")]
+            + mlp_ops(card, s, card.ffn_hidden_size or 0, s.T, saved_input=fc1_in)
+            + [Op(name="mlp_residual", kind=MEMORY, bytes_f=BF16 * 3 * s.T_sp * H, host_ops=1,
+                  saved=_dropout_mask(s, H))])
 
 
 def layer_ops(card, s: Shapes, kind: str, window: int | None = None) -> list[Op]:
@@ -227,16 +350,21 @@ def layer_ops(card, s: Shapes, kind: str, window: int | None = None) -> list[Op]
 
 def embedding_ops(card, s: Shapes) -> list[Op]:
     """Embedding lookup (gather + write); backward scatter-adds into the fp32 gradient (~2x bytes)."""
-    return [Op(name="embedding", kind=MEMORY, bytes_f=BF16 * 2 * s.T_sp * card.hidden_size, host_ops=2)]
+    # vocab-parallel lookup keeps its int64 token ids; its output is layer 0's saved norm input
+    return [Op(name="embedding", kind=MEMORY, bytes_f=BF16 * 2 * s.T_sp * card.hidden_size, host_ops=2,
+               saved=(Saved("token_ids", s.T * INT64),))]
 
 
 def output_ops(card, s: Shapes, vocab_local: int, loss_fusion: bool) -> list[Op]:
     """Final norm, logits GEMM (bf16, as Megatron keeps the output layer in high precision), cross-entropy."""
-    T = s.T
+    T, H = s.T, card.hidden_size
     ce = BF16 * T * vocab_local * (2 if loss_fusion else 1) + (0 if loss_fusion else FP32 * 2 * T * vocab_local)
-    return [Op(name="final_norm", kind=MEMORY, bytes_f=BF16 * 2 * s.T_sp * card.hidden_size, host_ops=1),
-            Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=card.hidden_size, dtype="bf16", host_ops=2),
-            Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=2, host_ops=4)]
+    # the logits GEMM keeps its bf16 input (the head runs outside the FP8 region) and its T x V/tp logits
+    # (kept, bf16, by the cross entropy); the loss keeps a per-token fp32 loss (paper B.1)
+    return [_norm_op(card, s, "final_norm"),
+            Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=H, dtype="bf16", host_ops=2,
+               saved=(Saved("input", s.T_sp * H * BF16), Saved("logits", T * vocab_local * BF16))),
+            Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=2, host_ops=4, saved=(Saved("per_token_loss", T * FP32),))]
 
 
 def forward_flops(ops: list[Op]) -> float:
