@@ -182,6 +182,40 @@ def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str
     return [f"{shown} ({rule})"]
 
 
+def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """A row that states no recompute and does not fit in memory without it must have run with some:
+    the published run trained, so it fit. Take the least recompute that fits, in order of replayed
+    forward work: selective (core attention), then full recompute of 1, 2, ... layers per pipeline
+    rank (Megatron's 'block' method), then every layer. Set it in ``data`` and return the ``assumed``
+    note; [] when the row fits as it is or nothing fits (the projection then says ``fits: false``).
+    docs/accuracy.md "Unstated recompute"."""
+    from oracle.memory import project_memory
+    where = f"row {row.get('id')}"
+    try:
+        base = project_memory(RunConfig.from_dict(data, where=where), trees="none")
+    except PrimusError:
+        return []  # the checked parse reports it
+    if base.fits:
+        return []
+    probe = RunConfig.from_dict(data, where=where)
+    per_rank = max(1, -(-probe.model.num_layers // probe.training.pp))
+    trials: list[dict[str, Any]] = [{"recompute": "selective"}]
+    trials += [{"recompute": "full", "recompute_num_layers": n} for n in range(1, per_rank)]
+    trials.append({"recompute": "full"})
+    for keys in trials:
+        tried = {**data, "training": {**data["training"], **keys}}
+        try:
+            mem = project_memory(RunConfig.from_dict(tried, where=where), trees="none")
+        except PrimusError:
+            continue  # e.g. a layer count this layout cannot recompute
+        if mem.fits:
+            data["training"].update(keys)
+            shown = ", ".join(f"{k}={v}" for k, v in keys.items())
+            return [f"{shown} (least recompute that fits: without it the run needs "
+                    f"{base.peak_bytes / GIB:.1f} of {base.cap_bytes / GIB:.1f} GiB)"]
+    return []
+
+
 def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunConfig | None, list[str], str | None]:
     """(run, assumed keys, skip reason) for one CSV row; ``base_dir`` resolves relative card paths."""
     training: dict[str, Any] = {}
@@ -207,6 +241,8 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
             "training": training}
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)
+    if "recompute" not in training and "recompute_num_layers" not in training:
+        assumed += _assume_least_recompute(data, row)
     try:
         run = RunConfig.from_dict(data, where=f"row {row.get('id')}")
     except PrimusError as exc:
