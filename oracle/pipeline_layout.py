@@ -534,7 +534,7 @@ def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dic
         counts = [per] * (n_virtual - 1) + [rest]
         stages = ["E" * (v == 0) + "t" * c for v, c in enumerate(counts)]
         stages[-1] += "m" * mtp + "L"
-        rule = (f"recipe rule: embedding first, {per} layers per stage, the last {rest} with MTP and loss, "
+        rule = (f"recipe rule: embedding first, {per} layers per stage, the last {rest} with {'MTP and ' * bool(mtp)}loss, "
                 f"as Megatron-Bridge's DeepSeek-V3 recipes")
     elif n_virtual > 1 + bool(mtp):
         tail = ["m" * mtp] * bool(mtp) + ["L"]

@@ -182,6 +182,25 @@ def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str
     return [f"{shown} ({rule})"]
 
 
+_NO_MTP = re.compile(r"variant=w/o MTP\b", re.IGNORECASE)
+
+
+def _published_variant(data: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """Variants a row's notes publish that change the model itself: ``variant=w/o MTP`` trains a card
+    that has multi-token-prediction layers without them (NVIDIA's DeepSeek-V3 tables publish both)."""
+    if not _NO_MTP.search(row.get("notes") or ""):
+        return []
+    from oracle.model_card import load_model
+    try:
+        card = load_model(data["model"])
+    except PrimusError:
+        return []  # the checked parse reports it
+    if not card.mtp_layers:
+        return []
+    data["model"] = {**card.to_dict(), "mtp_layers": 0, "name": f"{card.name}-no-mtp"}
+    return [f"mtp_layers=0 (the row's notes: variant=w/o MTP)"]
+
+
 def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     """A row that states no recompute and does not fit in memory without it must have run with some:
     the published run trained, so it fit. Take the least recompute that fits, in order of replayed
@@ -239,6 +258,7 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
     data = {"model": _resolve((row.get("model") or "").strip(), base_dir),  # a short row's missing cells are None
             "cluster": {"hardware": _resolve((row.get("hardware") or "").strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
+    assumed += _published_variant(data, row)
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)
     if "recompute" not in training and "recompute_num_layers" not in training:

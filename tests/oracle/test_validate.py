@@ -195,3 +195,15 @@ def test_unstated_recompute_is_the_least_that_fits():
     small = dict(big, model="llama3-8b", mbs="1", tp="1")
     r3, assumed3, _ = row_to_run(small)
     assert r3.training.recompute == "none" and not any("least recompute" in a for a in assumed3)
+
+
+def test_a_published_without_mtp_variant_drops_the_mtp_layers():
+    from oracle.validate import row_to_run
+    row = {"id": "ds", "model": "deepseek-v3", "hardware": "gb300-nvl72", "num_gpus": "256", "seq_len": "4096",
+           "gbs": "4096", "mbs": "1", "tp": "1", "pp": "2", "vpp": "8", "ep": "32", "precision": "fp8"}
+    with_mtp, a1, _ = row_to_run(dict(row, notes="variant=w/ MTP"))
+    without, a2, _ = row_to_run(dict(row, notes="ga=32;variant=w/o MTP;moe_force_balanced=true"))
+    assert with_mtp.model.mtp_layers == 1 and without.model.mtp_layers == 0
+    assert any("w/o MTP" in a for a in a2) and not any("w/o MTP" in a for a in a1)
+    assert "m" not in without.training.pipeline_model_parallel_layout.replace("|", "")
+    assert without.model.total_params() == with_mtp.model.total_params()  # same model, one module fewer trained
