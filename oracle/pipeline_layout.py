@@ -541,10 +541,16 @@ def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dic
         n_body = n_virtual - len(tail)
         per = num_layers // n_body
         counts = [per] * n_body
-        counts[0] += num_layers - per * n_body
+        extra = num_layers - per * n_body
+        if extra <= per:  # Megatron-LM's DeepSeek-V3 layout: the first stage takes the remainder
+            counts[0] += extra
+            how = "the first takes the remainder"
+        else:  # a remainder larger than a stage would make the first stage the bottleneck: one more each
+            counts = [per + (v < extra) for v in range(n_body)]
+            how = f"the first {extra} take one more"
         stages = ["E" * (v == 0) + "t" * c for v, c in enumerate(counts)] + tail
-        rule = (f"recipe rule: MTP and loss on stages of their own, {per} layers per other stage, the first "
-                f"takes the remainder, as Megatron-LM's DeepSeek-V3 layout")
+        rule = (f"recipe rule: {'MTP and ' * bool(mtp)}loss on stages of their own, {per} layers per other "
+                f"stage, {how}, as Megatron-LM's DeepSeek-V3 layout")
     else:
         return None
     return {"pipeline_model_parallel_layout": format_layout(tuple(stages))}, rule

@@ -201,6 +201,30 @@ def _published_variant(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     return [f"mtp_layers=0 (the row's notes: variant=w/o MTP)"]
 
 
+def _assume_cross_domain_dispatcher(data: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """A MoE row that states no dispatcher and whose expert-parallel group leaves the scale-up domain ran
+    the flex dispatcher (DeepEP: one RDMA copy per destination node, forwarded over NVLink). Physics,
+    not taste: NCCL all-to-all sends every top-k copy over the NIC, and on such rows that alone takes
+    longer than the published iteration (docs/accuracy.md "Unstated dispatcher"). Inside one domain
+    the row keeps the NCCL default."""
+    from oracle.comm.topology import Topology
+    from oracle.layout import Layout
+    try:
+        run = RunConfig.from_dict(data, where=f"row {row.get('id')}")
+    except PrimusError:
+        return []  # the checked parse reports it
+    if not run.model.is_moe or run.training.ep <= 1:
+        return []
+    topo = Topology.from_profile(run.cluster.hardware, run.cluster.num_gpus)
+    placed = topo.place(Layout(run).group("ep"))
+    if placed.num_domains <= 1:
+        return []
+    data["training"]["moe_a2a_backend"] = "deepep"
+    return [f"moe_a2a_backend=deepep (the EP group of {run.training.ep} spans {placed.num_domains} scale-up "
+            f"domains: NCCL all-to-all could not reach the published rate; Megatron-Bridge runs the flex "
+            f"dispatcher there)"]
+
+
 def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     """A row that states no recompute and does not fit in memory without it must have run with some:
     the published run trained, so it fit. Take the least recompute that fits, in order of replayed
@@ -261,6 +285,8 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
     assumed += _published_variant(data, row)
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)
+    if "moe_a2a_backend" not in training:
+        assumed += _assume_cross_domain_dispatcher(data, row)
     if "recompute" not in training and "recompute_num_layers" not in training:
         assumed += _assume_least_recompute(data, row)
     try:

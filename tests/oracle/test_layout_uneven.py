@@ -346,6 +346,15 @@ def test_published_rows_without_a_layout_get_the_recipe_layout():
         if run.model.num_layers % (t.pp * t.vpp):
             note = [a for a in assumed if "recipe rule" in a]
             assert len(note) == 1, r["id"]
-            keys = ("pipeline_model_parallel_layout" if run.model.name == "deepseek-v3"
+            keys = ("pipeline_model_parallel_layout" if run.model.name.startswith("deepseek-v3")
                     else "account_for_embedding_in_pipeline_split")
             assert keys in note[0]
+
+
+def test_recipe_layout_never_piles_a_large_remainder_on_the_first_stage():
+    """61 layers over 32 virtual stages without MTP (31 body stages + loss): 2 layers on the first 30
+    stages and 1 on the 31st, not 31 layers on the first."""
+    keys, rule = recipe_layout(61, 8, 4, 0)
+    stages = parse_layout(keys["pipeline_model_parallel_layout"])
+    counts = [s.count("t") for s in stages]
+    assert sum(counts) == 61 and max(counts) == 2 and "take one more" in rule
