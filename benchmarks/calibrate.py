@@ -267,6 +267,12 @@ def _at_priors(run):
     return _with_eff(run, **{k: v for k, (v, _) in priors(run.cluster.hardware).items()})
 
 
+def _model_key(cell: str) -> str:
+    """A row's model as the CSV names it (a card path by its file name)."""
+    cell = cell.strip()
+    return Path(cell).name.rsplit(".", 1)[0] if cell.endswith((".yaml", ".yml")) else cell
+
+
 def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[FitRow]:
     """Newest-release, quality-filtered rows of every CSV that project and fit in memory as published."""
     out = []
@@ -280,7 +286,8 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
             if run is None:
                 continue
             q, meas = _measured(row)
-            out.append(FitRow(row["id"], run.model.name, run.cluster.hardware.name, _at_priors(run), q, meas,
+            # the CSV's model, not the run's card name: a published variant (w/o MTP) is the same model
+            out.append(FitRow(row["id"], _model_key(row["model"]), run.cluster.hardware.name, _at_priors(run), q, meas,
                               Path(path).name))
     return out
 
