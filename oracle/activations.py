@@ -26,12 +26,13 @@ from functools import lru_cache
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.model_card import ModelCard
-from oracle.opgraph import (BF16, FP32, INT64, KEPT, MASK, SELECTIVE, Op, Saved, Shapes, embedding_ops,
-                            kv_heads_per_rank, layer_ops, output_ops)
+from oracle.opgraph import (BF16, DEFAULT_RECOMPUTE_MODULES, FP32, INT64, KEPT, MASK, RECOMPUTE_MODULES, SELECTIVE,
+                            Op, Saved, Shapes, embedding_ops, kv_heads_per_rank, layer_ops, output_ops)
 
 __all__ = ["BF16", "FP32", "INT64", "MASK", "MemoryAssumptions", "DEFAULT", "Tensor", "Module", "Block", "Blocks",
            "Shape", "shape_of", "blocks", "make_block", "module_of", "layer_activation_bytes",
-           "attention_params_per_gpu", "mlp_params_per_gpu"]
+           "attention_params_per_gpu", "mlp_params_per_gpu", "DEFAULT_SELECTIVE", "RecomputeRegion",
+           "RECOMPUTE_REGIONS", "recompute_droppers", "replayed_ops"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,7 @@ class MemoryAssumptions:
 
 
 DEFAULT = MemoryAssumptions()
+DEFAULT_SELECTIVE = frozenset(DEFAULT_RECOMPUTE_MODULES)
 
 
 Tensor = Saved
@@ -77,6 +79,8 @@ class Module:
     name: str
     params: float
     tensors: tuple[Saved, ...] = ()
+    recomputed_by: tuple[frozenset[str], ...] = ()
+    """Per tensor: the recompute_modules values that drop it (``recompute_droppers``; empty: none)."""
     expert: bool = False
     """Routed-expert weights (optimizer sharded over expert data parallel, edp)."""
     gemm: bool = False
@@ -98,28 +102,40 @@ class Block:
     """Saved bytes with core attention recomputed (Megatron 'selective')."""
     checkpoint_bytes: float
     """Saved bytes under full recompute: the tensors tagged ``kept`` (the bf16 layer input only)."""
+    drop_groups: tuple[tuple[frozenset[str], float], ...] = ()
+    """Saved bytes per set of recompute_modules values that drop them (tensors dropped by none left out)."""
 
     @property
     def params(self) -> float:
         return self.params_dense + self.params_expert
 
-    def act(self, policy: str) -> float:
-        """Saved bytes per micro-batch under 'none', 'selective' or 'checkpoint'."""
+    def act(self, policy: str, modules: frozenset[str] = DEFAULT_SELECTIVE) -> float:
+        """Saved bytes per micro-batch under 'none', 'selective' (recomputing ``modules``) or 'checkpoint'."""
         if policy == "checkpoint":
             return self.checkpoint_bytes
-        return self.act_selective if policy == "selective" else self.act_none
+        if policy != "selective":
+            return self.act_none
+        if modules == DEFAULT_SELECTIVE:
+            return self.act_selective
+        return self.act_none - sum(b for by, b in self.drop_groups if by & modules)
 
 
 def make_block(name: str, modules: tuple[Module, ...]) -> Block:
     """Sum a block's modules: parameters by kind, saved bytes per recompute mode (from the tensors' tags)."""
     none = sum(t.bytes for m in modules for t in m.tensors)
     core = sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == SELECTIVE)
+    groups: dict[frozenset[str], float] = {}
+    for m in modules:
+        for t, by in zip(m.tensors, m.recomputed_by):
+            if by:
+                groups[by] = groups.get(by, 0.0) + t.bytes
     return Block(name, modules,
                  params_dense=sum(m.params for m in modules if not m.expert),
                  params_expert=sum(m.params for m in modules if m.expert),
                  gemm_params=sum(m.params for m in modules if m.gemm),
                  act_none=none, act_selective=none - core,
-                 checkpoint_bytes=sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == KEPT))
+                 checkpoint_bytes=sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == KEPT),
+                 drop_groups=tuple(groups.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +215,100 @@ def module_of(op_name: str) -> str:
 
 
 def _with_saved(modules: Sequence[Module], ops: Sequence[Op], prefix: str = "") -> list[Module]:
-    """``modules`` with the saved tensors of the ops that run in them, in op order."""
+    """``modules`` with the saved tensors of the ops that run in them, in op order, and which
+    recompute_modules values drop each."""
     saved: dict[str, list[Saved]] = {m.name: [] for m in modules}
-    for op in ops:
+    by: dict[str, list[frozenset[str]]] = {m.name: [] for m in modules}
+    for op, droppers in zip(ops, recompute_droppers(ops)):
         saved[prefix + module_of(op.name)] += op.saved  # KeyError: an op whose module the block lacks
-    return [replace(m, tensors=tuple(saved[m.name])) for m in modules]
+        by[prefix + module_of(op.name)] += droppers
+    return [replace(m, tensors=tuple(saved[m.name]), recomputed_by=tuple(by[m.name])) for m in modules]
+
+
+# ---------------------------------------------------------------------------------- selective recompute
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecomputeRegion:
+    """What one Megatron ``recompute_modules`` value checkpoints in a layer, on the op graph: the ops it
+    replays in backward (their forward once) and the saved tensors that go. A checkpoint keeps its input
+    and drops what the ops inside save; an output-discarding one (Megatron CheckpointWithoutOutput) also
+    frees its output where the next op saved it."""
+
+    when: str
+    """The region exists in a layer whose graph has this op."""
+    modules: frozenset[str] = frozenset()
+    """Megatron modules (``module_of``) whose ops it replays and whose saved tensors it drops."""
+    ops: frozenset[str] = frozenset()
+    """Further ops, by name, it replays and drops the saved tensors of (finer than a module)."""
+    keeps: frozenset[str] = frozenset()
+    """``op.tensor``: tensors of those ops that are the checkpoint's input, kept."""
+    discards: frozenset[str] = frozenset()
+    """``op.tensor``: the discarded output as its consumer saved it, dropped too."""
+
+    def replays(self, op: Op) -> bool:
+        return op.name in self.ops or module_of(op.name) in self.modules
+
+    def drops(self, op: Op, tensor: Saved) -> bool:
+        key = f"{op.name}.{tensor.name}"
+        return key in self.discards or (self.replays(op) and key not in self.keeps)
+
+
+def _f(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+# Megatron-LM transformer_config.py recompute_modules: moe_act, layernorm, mla_up_proj discard outputs;
+# core_attn, mlp, moe, shared_experts are normal checkpoints. Modelled: BF16 / TE's common case (with FP8,
+# Megatron makes the consumer GEMMs save the bf16 input so the discarded output still frees it).
+RECOMPUTE_REGIONS: dict[str, tuple[RecomputeRegion, ...]] = {
+    # TransformerLayer._checkpointed_attention_forward: core attention keeps Q, K, V
+    "core_attn": (RecomputeRegion(when="attn_core", ops=_f("attn_core"),
+                                  keeps=_f("attn_core.q", "attn_core.k", "attn_core.v")),),
+    # experts.py activation_checkpoint: the activation keeps its input (fc1 output, probs) and discards
+    # its output, the fc2 input
+    "moe_act": (RecomputeRegion(when="experts_act", ops=_f("experts_act"),
+                                keeps=_f("experts_act.fc1_output", "experts_act.expert_probs"),
+                                discards=_f("experts_down.act_output")),),
+    # transformer_layer.py checkpoints a norm only where it is a module (TENorm): the MLA input norm and
+    # the MoE pre-MLP norm; the TE spec fuses the GQA input norm and the dense pre-MLP norm into
+    # linear_qkv / linear_fc1 (IdentityOp, skipped). Each discards its output, saved by the next GEMM
+    "layernorm": (RecomputeRegion(when="kv_down", ops=_f("attn_norm"), keeps=_f("attn_norm.input"),
+                                  discards=_f("q_down.qkv_input", "q_proj.qkv_input")),
+                  RecomputeRegion(when="router", ops=_f("mlp_norm"), keeps=_f("mlp_norm.input"),
+                                  discards=_f("router.router_input", "shared_up.fc1_input_fp8"))),
+    # multi_latent_attention.py qkv_up_checkpoint: q/kv up-projections (with their fused latent norms,
+    # TELayerNormColumnParallelLinear) and RoPE keep the latents, discard Q, K, V after core attention
+    "mla_up_proj": (RecomputeRegion(when="kv_up", ops=_f("q_up", "q_proj", "kv_up", "qk_norm", "rope"),
+                                    keeps=_f("q_up.q_latent", "kv_up.kv_latent", "q_proj.qkv_input"),
+                                    discards=_f("attn_core.q", "attn_core.k", "attn_core.v")),),
+    # transformer_layer.py recompute_mlp (dense MLP only): checkpoints self.mlp on the residual, its
+    # norm fused into linear_fc1 (TE spec)
+    "mlp": (RecomputeRegion(when="mlp_up", modules=_f("mlp"), ops=_f("mlp_norm"), keeps=_f("mlp_norm.input")),),
+    # moe_layer.py moe_layer_recompute: router, dispatch, experts, combine, shared experts on the
+    # pre-MLP norm output
+    "moe": (RecomputeRegion(when="router", modules=_f("router", "token_dispatcher", "experts", "shared_experts"),
+                            keeps=_f("router.router_input")),),
+    # shared_experts.py: checkpoints the shared experts' forward on the norm output (the router's input)
+    "shared_experts": (RecomputeRegion(when="shared_up", modules=_f("shared_experts")),),
+}
+assert tuple(RECOMPUTE_REGIONS) == RECOMPUTE_MODULES  # one list of names: oracle.opgraph
+
+
+def _regions(ops: Sequence[Op]) -> list[tuple[str, RecomputeRegion]]:
+    names = {op.name for op in ops}
+    return [(name, r) for name, regions in RECOMPUTE_REGIONS.items() for r in regions if r.when in names]
+
+
+def recompute_droppers(ops: Sequence[Op]) -> list[tuple[frozenset[str], ...]]:
+    """Per op, per saved tensor: the recompute_modules values that drop it (a union: Megatron frees a
+    tensor if any checkpoint around or after it discards it)."""
+    regions = _regions(ops)
+    return [tuple(frozenset(n for n, r in regions if r.drops(op, t)) for t in op.saved) for op in ops]
+
+
+def replayed_ops(ops: Sequence[Op], modules: frozenset[str]) -> list[Op]:
+    """The ops whose forward selective recompute of ``modules`` replays in backward, each once."""
+    regions = [r for n, r in _regions(ops) if n in modules]
+    return [op for op in ops if any(r.replays(op) for r in regions)]
 
 
 def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
@@ -301,7 +406,8 @@ def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None =
                            assumptions: MemoryAssumptions = DEFAULT) -> float:
     """Saved bytes of one ``kind`` ('dense' | 'moe') layer for one micro-batch on one GPU.
 
-    ``recompute`` defaults to the run's; 'full' gives the checkpointed layer input only.
+    ``recompute`` defaults to the run's; 'full' gives the checkpointed layer input only; 'selective'
+    recomputes the run's recompute_modules (Megatron's default, core attention, when it has none).
     """
     if kind not in ("dense", "moe"):
         raise InvalidConfigError(f"kind={kind!r} must be 'dense' or 'moe'")
@@ -311,4 +417,4 @@ def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None =
     if rc not in ("none", "selective", "full"):
         raise InvalidConfigError(f"recompute={rc!r} must be none, selective or full")
     b = blocks(run.model, shape_of(run, assumptions)).layer(kind)
-    return b.act("checkpoint" if rc == "full" else rc)
+    return b.act("checkpoint" if rc == "full" else rc, run.training.recomputed_modules or DEFAULT_SELECTIVE)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from oracle.activations import replayed_ops
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
 from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, Op, Shapes, embedding_ops, layer_ops, moe_pairs,
@@ -63,6 +64,13 @@ class LayerCost:
     """GPU idle per backward pass (B + W) while the host issues small kernels; not part of ``b_s``."""
     ops: tuple = ()
     """The op graph priced: (op, forward_s, dgrad_s, wgrad_s) per op."""
+    replay_f_s: float = 0.0
+    """Forward of the ops selective recompute replays besides core attention (the run's recompute_modules
+    other than core_attn: oracle.activations.replayed_ops), device seconds."""
+    replay_comm: tuple[str, ...] = ()
+    """Communication kinds (``comm`` keys) whose forward the replay repeats: EP/ETP when 'moe' is recomputed."""
+    replay_host_s: float = 0.0
+    """Host idle of the replay: the MoE dispatcher's sync stall again when 'moe' is recomputed."""
 
     @property
     def f_exposed_comm_s(self) -> float:
@@ -252,7 +260,15 @@ class LayerModel:
         # one device-to-host sync per MoE forward (token counts -> all-to-all splits, grouped-GEMM
         # sizes); the backward reuses the host-side counts (docs/calibration.md, "MoE sync stall")
         stall = self.hw.efficiency.moe_sync_stall_s if synced else 0.0
-        cost = LayerCost(kind, f, b, w, attn_f, comm, stall + idle_f, idle_b, priced)
+        # selective recompute besides core attention (attn_f_s): each recomputed module's forward once;
+        # Megatron's MoE checkpoint replays the router, dispatch all-to-all (and its sync) and combine
+        mods = self.t.recomputed_modules - {"core_attn"}
+        replayed = {op.name for op in replayed_ops(ops, frozenset(mods))} if mods else set()
+        replay_f = sum(p[1] for p in priced if p[0].name in replayed)
+        moe_replay = kind == "moe" and "moe" in mods
+        cost = LayerCost(kind, f, b, w, attn_f, comm, stall + idle_f, idle_b, priced, replay_f_s=replay_f,
+                         replay_comm=tuple(k for k in ("ep_a2a", "etp") if k in comm) if moe_replay else (),
+                         replay_host_s=stall if moe_replay else 0.0)
         self._cache[key] = cost
         return cost
 

@@ -21,6 +21,7 @@ from oracle.errors import InvalidConfigError, PrimusError
 from oracle.hardware import (DEFAULT_MEMORY_MARGIN, HardwareProfile, bundled_hardware, load_hardware, profile_from_dict,
                              profile_to_dict)
 from oracle.model_card import ModelCard, bundled_models, load_model
+from oracle.opgraph import DEFAULT_RECOMPUTE_MODULES, RecomputeModule
 from oracle.pipeline.schedules import schedule_names
 from oracle.schema import OneOf, from_dict, to_dict, unknown_key_problems
 from oracle.yamlio import load_mapping
@@ -65,6 +66,10 @@ class TrainingConfig:
     recompute_num_layers: int | None = None
     """With full: decoder layers recomputed per pipeline stage (rank), spread evenly over its vpp
     chunks, the first layers of each chunk (Megatron 'block' method); None = all."""
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    """With selective: the modules recomputed in every layer (Megatron --recompute-modules): core_attn,
+    moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None = Megatron's default (core_attn).
+    What each drops and replays: docs/memory.md "recompute_modules"."""
     use_distributed_optimizer: bool = True
     """ZeRO-1: optimizer state sharded over data-parallel ranks."""
     fsdp: bool = False
@@ -125,6 +130,13 @@ class TrainingConfig:
     def gemm_dtype(self) -> str:
         """Input precision of the decoder layers' linear GEMMs: bf16 | fp8 | fp4 (nvfp4)."""
         return {"fp8": "fp8", "nvfp4": "fp4"}.get(self.precision, "bf16")
+
+    @property
+    def recomputed_modules(self) -> frozenset[str]:
+        """The modules selective recompute replays in every layer (empty without selective)."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules if self.recompute_modules is not None else DEFAULT_RECOMPUTE_MODULES)
 
     @property
     def schedule(self) -> str:

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 from oracle.errors import InvalidConfigError, clip
 from oracle.layout import Layout
+from oracle.opgraph import RECOMPUTE_MODULES
 from oracle.pipeline.schedules import SCHEDULES, get_schedule
 
 if TYPE_CHECKING:  # annotations only: oracle.config calls check() (no import cycle)
@@ -112,6 +113,8 @@ def check(run: RunConfig) -> list[str]:
         elif lay is not None and t.recompute_num_layers > (most := max(sum(map(len, c)) for c in lay.stage_layers)):
             p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {most} layers "
                      f"of the largest pipeline stage")
+    if t.recompute_modules is not None:
+        p += _recompute_module_problems(run)
     # precision
     if t.precision == "fp8" and not hw.supports("fp8"):
         p.append(f"precision=fp8 needs FP8 support; hardware {hw.name!r} has "
@@ -129,4 +132,31 @@ def check(run: RunConfig) -> list[str]:
         elif t.moe_a2a_backend != "deepep":
             p.append(f"moe_sync_free=true needs moe_a2a_backend=deepep (the sync-free MoE path runs on "
                      f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
+    return p
+
+
+def _recompute_module_problems(run: RunConfig) -> list[str]:
+    """recompute_modules: selective only, known names, each naming a module the model has."""
+    t, m = run.training, run.model
+    mods = t.recompute_modules or ()
+    if t.recompute != "selective":
+        return [f"recompute_modules={list(mods)} only applies with recompute=selective, got recompute={t.recompute}"]
+    if not mods:
+        return ["recompute_modules=[] recomputes nothing: use recompute=none, or list modules from "
+                f"{', '.join(RECOMPUTE_MODULES)}"]
+    p = []
+    if len(set(mods)) != len(mods):
+        p.append(f"recompute_modules={list(mods)} lists a module twice")
+    needs = {"mla_up_proj": (m.attention == "mla", f"an MLA model ({m.name} has {m.attention} attention)"),
+             "moe_act": (m.is_moe, f"a MoE model ({m.name} is dense)"),
+             "moe": (m.is_moe, f"a MoE model ({m.name} is dense)"),
+             "shared_experts": (m.num_shared_experts > 0, f"shared experts ({m.name} has none)"),
+             "mlp": ("dense" in m.layer_kinds, f"dense MLP layers ({m.name} has MoE layers only; use moe)")}
+    valid = [n for n in RECOMPUTE_MODULES if needs.get(n, (True, ""))[0]]
+    for name in mods:
+        if name not in RECOMPUTE_MODULES:
+            p.append(f"recompute_modules: {name!r} is not a Megatron recompute module; valid for {m.name}: "
+                     f"{', '.join(valid)}")
+        elif not needs.get(name, (True, ""))[0]:
+            p.append(f"recompute_modules: {name!r} needs {needs[name][1]}; valid for {m.name}: {', '.join(valid)}")
     return p

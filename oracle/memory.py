@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oracle.activations import (BF16, DEFAULT, FP32, Block, Blocks, MemoryAssumptions, Shape, blocks,
-                                layer_activation_bytes, shape_of)
+from oracle.activations import (BF16, DEFAULT, DEFAULT_SELECTIVE, FP32, Block, Blocks, MemoryAssumptions, Shape,
+                                blocks, layer_activation_bytes, shape_of)
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout
-from oracle.opgraph import SELECTIVE
 from oracle.pipeline.schedules import get_schedule
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
 
@@ -102,6 +101,11 @@ def _mtp_policy(run: RunConfig) -> str:
     return t.recompute
 
 
+def _modules(run: RunConfig) -> frozenset[str]:
+    """The recompute_modules of a 'selective' policy (Megatron's default when the run names none)."""
+    return run.training.recomputed_modules or DEFAULT_SELECTIVE
+
+
 def _head(b: Blocks, run: RunConfig, ch: _Chunk) -> Block:
     # tied: the embedding's own chunk reuses it; any other chunk (pp > 1) keeps a copy of the word
     # embeddings as its output weight (Megatron shared_embedding_or_output_weight on the last stage)
@@ -149,14 +153,14 @@ def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEF
     weighs each chunk's in-flight micro-batches by it, so uneven chunks count at their size."""
     t = run.training
     b = blocks(run.model, shape_of(run, assumptions))
-    mtp_pol = _mtp_policy(run)
+    mtp_pol, mods = _mtp_policy(run), _modules(run)
     out = []
     for chunks in _plans(run):
         acts = []
         for ch in chunks:
-            a = sum(n * b.layer(kind).act(pol) for kind, pol, n in ch.layers)
+            a = sum(n * b.layer(kind).act(pol, mods) for kind, pol, n in ch.layers)
             if ch.mtp and not ch.has_output and b.mtp is not None and b.mtp_head is not None:
-                a += b.mtp.act(mtp_pol) + b.mtp_head.act_none
+                a += b.mtp.act(mtp_pol, mods) + b.mtp_head.act_none
             acts.append(a)
         total = sum(acts)
         out.append(tuple(a / total for a in acts) if total > 0 else (1.0 / t.vpp,) * t.vpp)
@@ -186,7 +190,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
     plans = _plans(run)
     d_dense = lay.dp * t.cp  # non-expert optimizer/FSDP shard group: dp x cp
     d_exp = lay.edp  # expert params: expert data parallel
-    mtp_pol = _mtp_policy(run)
+    mtp_pol, mods = _mtp_policy(run), _modules(run)
     other_common = _moe_buffers(run, s, lay, assumptions)
     stages = []
     for r, chunks in enumerate(plans):
@@ -204,10 +208,10 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 p_dense += n * lb.params_dense
                 p_exp += n * lb.params_expert
                 gemm += n * lb.gemm_params
-                layer_act += n * lb.act(pol)
+                layer_act += n * lb.act(pol, mods)
                 largest_unit = max(largest_unit, lb.params)
                 if pol != "none":
-                    remat = max(remat, lb.act_none - lb.act(pol))
+                    remat = max(remat, lb.act_none - lb.act(pol, mods))
             if ch.has_embedding:
                 e = b.embedding
                 p_dense += e.params_dense
@@ -225,7 +229,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 p_dense += b.mtp.params_dense + b.mtp_head.params_dense + extra
                 p_exp += b.mtp.params_expert
                 gemm += b.mtp.gemm_params
-                mtp_act = b.mtp.act(mtp_pol) + b.mtp_head.act_none
+                mtp_act = b.mtp.act(mtp_pol, mods) + b.mtp_head.act_none
                 if ch.has_output:  # with the loss: its backward starts right after its forward
                     edge_act += out_mult * mtp_act
                 else:  # a stage of its own (layout string): held like a layer until the loss's gradient returns
@@ -233,7 +237,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 has_moe |= card.is_moe
                 largest_unit = max(largest_unit, b.mtp.params / card.mtp_layers, extra)
                 if mtp_pol != "none":
-                    remat = max(remat, (b.mtp.act_none - b.mtp.act(mtp_pol)) / card.mtp_layers)
+                    remat = max(remat, (b.mtp.act_none - b.mtp.act(mtp_pol, mods)) / card.mtp_layers)
             heads = int(ch.has_output) + ch.mtp
             if heads and not t.loss_fusion and assumptions.loss_fp32_scratch:
                 # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
@@ -291,14 +295,15 @@ def _moe_buffers(run: RunConfig, s: Shape, lay: Layout, a: MemoryAssumptions) ->
 
 
 # ---------------------------------------------------------------------------------- trees
-def _tensor_nodes(blk: Block, n: int, policy: str) -> tuple[MemoryNode, ...]:
+def _tensor_nodes(blk: Block, n: int, policy: str, mods: frozenset[str]) -> tuple[MemoryNode, ...]:
     kids = []
     for mod in blk.modules:
         if policy == "checkpoint":
             tensors = ()
         else:
-            tensors = tuple(MemoryNode(name=x.name, activation_bytes=n * x.bytes) for x in mod.tensors
-                            if not (policy == "selective" and x.dropped_by == SELECTIVE))
+            by = mod.recomputed_by or (frozenset(),) * len(mod.tensors)
+            tensors = tuple(MemoryNode(name=x.name, activation_bytes=n * x.bytes) for x, d in zip(mod.tensors, by)
+                            if not (policy == "selective" and mods & d))
         kids.append(MemoryNode(name=mod.name, params=n * mod.params,
                                activation_bytes=sum(c.activation_bytes for c in tensors), children=tensors))
     if policy == "checkpoint":
@@ -306,8 +311,9 @@ def _tensor_nodes(blk: Block, n: int, policy: str) -> tuple[MemoryNode, ...]:
     return tuple(kids)
 
 
-def _block_node(blk: Block, n: int = 1, policy: str = "none", label: str | None = None) -> MemoryNode:
-    kids = _tensor_nodes(blk, n, policy)
+def _block_node(blk: Block, n: int = 1, policy: str = "none", label: str | None = None,
+                mods: frozenset[str] = frozenset()) -> MemoryNode:
+    kids = _tensor_nodes(blk, n, policy, mods)
     params, act = sum(k.params for k in kids), sum(k.activation_bytes for k in kids)
     if len(kids) == 1:  # a one-module block (the embedding): its tensors directly
         kids = kids[0].children
@@ -321,21 +327,23 @@ def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = D
     if not 0 <= rank < t.pp:
         raise InvalidConfigError(f"rank={rank} must be in 0..pp-1 = 0..{t.pp - 1}")
     b = blocks(run.model, shape_of(run, assumptions))
+    mods = _modules(run)
     chunk_nodes = []
     for ch in _plans(run)[rank]:
         kids = []
         if ch.has_embedding:
             kids.append(_block_node(b.embedding))
         for kind, pol, n in ch.layers:
-            tag = {"none": "", "selective": ", selective recompute", "checkpoint": ", full recompute"}[pol]
-            kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}"))
+            sel = "" if mods == DEFAULT_SELECTIVE else f" ({', '.join(sorted(mods))})"
+            tag = {"none": "", "selective": f", selective recompute{sel}", "checkpoint": ", full recompute"}[pol]
+            kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}", mods=mods))
         if ch.has_output:
             kids.append(_block_node(_head(b, run, ch)))
         if ch.mtp and b.mtp is not None and b.mtp_head is not None:
             extra = _extra_embedding_params(b, run, ch)
             if extra:
                 kids.append(MemoryNode(name="mtp_weight_copies", params=extra))
-            kids += [_block_node(b.mtp, 1, _mtp_policy(run)), _block_node(b.mtp_head)]
+            kids += [_block_node(b.mtp, 1, _mtp_policy(run), mods=mods), _block_node(b.mtp_head)]
         chunk_nodes.append(MemoryNode(name=f"chunk{ch.chunk} (virtual stage {ch.virtual_stage})",
                                       params=sum(k.params for k in kids),
                                       activation_bytes=sum(k.activation_bytes for k in kids), children=tuple(kids)))

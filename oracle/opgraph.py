@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
+from typing import Literal, get_args
 
 BF16 = 2
 FP32 = 4
@@ -38,6 +39,12 @@ SELECTIVE, FULL, KEPT = "selective", "full", "kept"
 """Recompute tags of a saved tensor: dropped by selective (core attention, Megatron recompute_modules=
 ['core_attn']) and full recompute; dropped by full recompute only; kept even then (the layer input,
 the full-recompute checkpoint)."""
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+"""A Megatron-LM ``--recompute-modules`` value (megatron/core/transformer/transformer_config.py); what
+each drops and replays on this graph: oracle.activations.RECOMPUTE_REGIONS."""
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
+"""Megatron's default recompute_modules with --recompute-granularity selective."""
 
 
 @dataclass(frozen=True, slots=True)

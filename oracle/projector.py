@@ -103,8 +103,12 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
             for k, part in c.comm.items():
                 _add(exp, k, n * part.f_exposed_s)
                 _add(tot, k, n * part.f_total_s)
-        elif t.recompute == "selective":
-            rec += n * c.attn_f_s
+        elif t.recompute == "selective":  # the recompute_modules' forward, once, before B
+            rec += n * ((c.attn_f_s if "core_attn" in t.recomputed_modules else 0.0) + c.replay_f_s)
+            host_rec += n * c.replay_host_s
+            for k in c.replay_comm:
+                _add(exp, k, n * c.comm[k].f_exposed_s)
+                _add(tot, k, n * c.comm[k].f_total_s)
     comm_b = sum(exp.values()) - comm_f
     if L.has_embedding(rank, chunk):
         ef, eb = lm.embedding()

@@ -92,7 +92,8 @@ def _recompute(run: RunConfig) -> tuple[list[tuple[str, Any]], str | None]:
     if t.recompute == "none":
         return [], None
     if t.recompute == "selective":
-        return [("recompute_granularity", "selective")], None
+        mods = [("recompute_modules", list(t.recompute_modules))] if t.recompute_modules is not None else []
+        return [("recompute_granularity", "selective"), *mods], None
     if t.recompute_num_layers is None:  # every layer: uniform method, one layer per group
         return [("recompute_granularity", "full"), ("recompute_method", "uniform"), ("recompute_num_layers", 1)], None
     # ours: layers per pipeline rank, spread over its vpp chunks; Megatron's block method counts per chunk
@@ -156,7 +157,7 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     rec, problem = _recompute(run)
     for k, v in rec:
         put(k, v)
-    done.update(("recompute", "recompute_num_layers"))
+    done.update(("recompute", "recompute_num_layers", "recompute_modules"))
     if problem:
         unsup.append(("recompute_num_layers", t.recompute_num_layers, problem))
     done.add("precision")
@@ -271,7 +272,10 @@ def _torchtitan(run: RunConfig) -> Export:
     opt.append(("activation_checkpoint.mode", t.recompute))
     if t.recompute == "selective":
         opt.append(("activation_checkpoint.selective_ac_option", "op"))
-    done.update(("recompute", "recompute_num_layers"))
+    done.update(("recompute", "recompute_num_layers", "recompute_modules"))
+    if t.recompute_modules is not None:
+        unsup.append(("recompute_modules", list(t.recompute_modules), "TorchTitan's selective checkpointing is "
+                                                                      "per op or per layer, not per Megatron module"))
     if t.recompute == "full" and t.recompute_num_layers is not None:
         unsup.append(("recompute_num_layers", t.recompute_num_layers, "TorchTitan checkpoints every layer (full) "
                                                                       "or every n-th (selective_ac_option = n)"))
@@ -353,6 +357,8 @@ def _megatron_text(run: RunConfig, ex: Export) -> str:
             args.append(flag)
         elif v is False:
             continue
+        elif isinstance(v, list):  # nargs='*' (--recompute-modules core_attn moe_act)
+            args.append(" ".join([flag, *map(shlex.quote, map(str, v))]))
         else:
             args.append(f"{flag} {shlex.quote(str(v))}")  # a layout string holds | and *
     return "\n".join(_header(run, ex) + [a + " \\" for a in args[:-1]] + args[-1:]) + "\n"

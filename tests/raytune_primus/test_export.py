@@ -37,6 +37,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--recompute-method", choices=["uniform", "block"])
+    p.add_argument("--recompute-modules", nargs="*", type=str)
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
     p.add_argument("--fp4-format", choices=["e2m1"])
     p.add_argument("--fp4-recipe", choices=["nvfp4"])
@@ -87,6 +88,12 @@ def test_megatron_round_trip_moe_recompute_and_deepep():
     assert (b.recompute_method, b.recompute_num_layers) == ("uniform", 1)
     c = parse_megatron(export_run(tiny(recompute="selective"), "megatron"))
     assert c.recompute_granularity == "selective" and c.recompute_method is None
+    assert c.recompute_modules is None  # Megatron's default, core_attn
+    d = tiny(recompute="selective", recompute_modules=["core_attn", "moe_act"])
+    assert parse_megatron(export_run(d, "megatron")).recompute_modules == ["core_attn", "moe_act"]
+    assert yaml.safe_load(export_run(d, "primus"))["modules"]["pre_trainer"]["overrides"]["recompute_modules"] == [
+        "core_attn", "moe_act"]
+    assert "recompute_modules=" in comments(export_run(d, "torchtitan"))  # listed as unsupported
 
 
 def test_uneven_pipeline_layouts_are_exported():
