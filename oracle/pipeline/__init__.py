@@ -18,7 +18,8 @@ from functools import lru_cache
 
 from oracle.errors import InvalidConfigError
 from oracle.pipeline.schedules import SCHEDULES, ScheduleSpec, get_schedule
-from oracle.pipeline.simulator import CompiledOrder, compile_order, lower_bound_s, run_compiled, simulate
+from oracle.pipeline.simulator import (CompiledOrder, compile_order, compile_order_arrays, lower_bound_s, run_compiled,
+                                       simulate)
 from oracle.pipeline.types import (Layout, Op, PipelineResult, ScheduleDeadlockError, StageCosts, TimelineEntry,
                                    stage_map, virtual_stage)
 
@@ -32,8 +33,9 @@ __all__ = [
 @lru_cache(maxsize=1024)
 def _plan(name: str, pp: int, vpp: int, m: int, costs: StageCosts | None) -> tuple[CompiledOrder, bool, str]:
     spec = get_schedule(name)
-    built = spec.make(pp, vpp, m, costs)
-    return compile_order(built.order, pp, vpp, spec.layout, m), built.approximate, built.note
+    built = spec.make_fast(pp, vpp, m, costs)
+    compile_ = compile_order_arrays if spec.builds_arrays else compile_order
+    return compile_(built.order, pp, vpp, spec.layout, m), built.approximate, built.note
 
 
 def build_order(name: str, pp: int, vpp: int, num_microbatches: int,

@@ -15,22 +15,25 @@ Semantics (exact for the given orders; no time stepping):
 - Memory depends on the order only: F adds ``act_bytes``; B frees ``b_release_fraction`` of it and W
   the rest; BW frees all of it. The peak is sampled after each F.
 
-Compiling an order (cost-independent, cached by callers) walks it once as a list scheduler: a rank
-runs until its next op misses a dependency, parks on it, and is woken when it completes. That yields
-an evaluation order in which every op follows its dependencies and its rank predecessor; an order
-that can never finish leaves ranks parked and raises ScheduleDeadlockError naming them. The timed
-pass is then one branch-light loop over that evaluation order: O(ops), no event queue.
+Compiling an order (cost-independent, cached by callers) yields flat integer tables and an
+evaluation order in which every op follows its dependencies and its rank predecessor. The
+vectorised compiler (``fast_compile``: numpy, the ops sorted by longest-path level) handles every
+well-formed order; the reference compiler walks the order once as a list scheduler (a rank runs
+until its next op misses a dependency, parks on it, and is woken when it completes) and is the one
+that reports malformed orders and deadlocks (ScheduleDeadlockError names the parked ranks). Both give
+the same tables and, since any such evaluation order gives the same times, bit-identical results.
+The timed pass is one branch-light loop over the evaluation order: O(ops), no event queue.
 """
 from __future__ import annotations
 
 from collections import Counter
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from oracle.errors import InvalidConfigError
+from oracle.pipeline.fast_compile import KIND_CODES, compile_arrays, ops_to_array
 from oracle.pipeline.types import (LAYOUTS, Layout, Op, PipelineResult, ScheduleDeadlockError, StageCosts,
                                    stage_map, virtual_stage)
 
@@ -47,9 +50,6 @@ class CompiledOrder:
     layout: Layout
     num_microbatches: int
     order: tuple[tuple[Op, ...], ...]
-    rank_ops: tuple[tuple[tuple[int, int, int, int, int], ...], ...]
-    """Per rank, per op: (own key, dep1 key or -1, dep1 boundary or -1 (no latency), dep2 key or -1,
-    cost index kind*vpp + chunk)."""
     flat: tuple[tuple[int, int, int, int, int, int, int], ...]
     """Every op once, in an order where its dependencies and its rank predecessor come first:
     (rank, slot = rank offset + position, key, dep1, boundary1, dep2, global cost index); -1 entries
@@ -86,17 +86,49 @@ def _describe_key(key: int, m: int, n_stages: int, smap: Sequence[tuple[int, int
     return f"{'FBW'[cls]}(mb={mb}, stage {v} = rank {r} chunk {c})"
 
 
-def compile_order(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layout,
-                  num_microbatches: int) -> CompiledOrder:
-    """Validate an order (every op exactly once, consistent B/W splitting) and precompute its tables."""
-    m = num_microbatches
-    problems: list[str] = []
+def _check_sizes(n_ranks: int, pp: int, vpp: int, layout: Layout, m: int) -> None:
     if pp < 1 or vpp < 1 or m < 1:
         raise InvalidConfigError(f"pp={pp}, vpp={vpp}, num_microbatches={m} must all be >= 1")
     if layout not in LAYOUTS:
         raise InvalidConfigError(f"layout={layout!r} is not one of {' | '.join(LAYOUTS)}")
-    if len(order) != pp:
-        raise InvalidConfigError(f"order has {len(order)} rank lists, pp={pp} needs one per rank")
+    if n_ranks != pp:
+        raise InvalidConfigError(f"order has {n_ranks} rank lists, pp={pp} needs one per rank")
+
+
+def compile_order(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layout,
+                  num_microbatches: int) -> CompiledOrder:
+    """Validate an order (every op exactly once, consistent B/W splitting) and precompute its tables.
+
+    Runs the vectorised compiler (``fast_compile``) and, for an order it does not accept (malformed,
+    deadlocking), the reference compiler, which raises with the details."""
+    _check_sizes(len(order), pp, vpp, layout, num_microbatches)
+    arrays = [ops_to_array(ops) for ops in order]
+    if all(a is not None for a in arrays):
+        fields = compile_arrays(arrays, pp, vpp, layout, num_microbatches)
+        if fields is not None:
+            return CompiledOrder(pp=pp, vpp=vpp, layout=layout, num_microbatches=num_microbatches, **fields)
+    return compile_order_reference(order, pp, vpp, layout, num_microbatches)
+
+
+def compile_order_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layout,
+                         num_microbatches: int) -> CompiledOrder:
+    """:func:`compile_order` for an order in array form (``fast_compile``: per rank, rows of kind
+    code, mb, chunk), as the fixed-order schedules build them."""
+    _check_sizes(len(arrays), pp, vpp, layout, num_microbatches)
+    fields = compile_arrays(arrays, pp, vpp, layout, num_microbatches)
+    if fields is not None:
+        return CompiledOrder(pp=pp, vpp=vpp, layout=layout, num_microbatches=num_microbatches, **fields)
+    order = [[Op(KIND_CODES[k] if 0 <= k < len(KIND_CODES) else f"kind {k}", mb, c)  # type: ignore[arg-type]
+              for k, mb, c in np.asarray(a).reshape(-1, 3).tolist()] for a in arrays]
+    return compile_order_reference(order, pp, vpp, layout, num_microbatches)
+
+
+def compile_order_reference(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layout,
+                            num_microbatches: int) -> CompiledOrder:
+    """The per-op reference compiler (a list-scheduling walk); the source of every error message."""
+    m = num_microbatches
+    problems: list[str] = []
+    _check_sizes(len(order), pp, vpp, layout, m)
     n_stages = pp * vpp
     smap = stage_map(layout, pp, vpp)
     vs = [[virtual_stage(layout, pp, vpp, r, c) for c in range(vpp)] for r in range(pp)]
@@ -194,7 +226,7 @@ def compile_order(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layo
     flat = _evaluation_order(rank_ops, offsets, n_keys, vpp, order, layout, pp, m)
     return CompiledOrder(
         pp=pp, vpp=vpp, layout=layout, num_microbatches=m,
-        order=tuple(tuple(ops) for ops in order), rank_ops=tuple(rank_ops), flat=flat,
+        order=tuple(tuple(ops) for ops in order), flat=flat,
         rank_offsets=tuple(offsets), n_keys=n_keys, op_counts=tuple(op_counts),
         mem_row_rank=np.asarray(rows_rank, dtype=np.intp),
         mem_alive=np.asarray(rows_alive, dtype=float).reshape(-1, vpp),

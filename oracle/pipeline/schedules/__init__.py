@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from oracle.errors import InvalidConfigError, UnknownComponentError
 from oracle.pipeline.types import Layout, Op, StageCosts
 
@@ -29,7 +31,8 @@ at its peak, in units of the rank's full per-micro-batch activation (all its chu
 class Built:
     """A built order plus what the builder knows about its quality."""
 
-    order: Order
+    order: Order | list[np.ndarray]
+    """Per-rank op lists, or (from ``build_array``) per-rank arrays of (kind code, mb, chunk) rows."""
     approximate: bool
     note: str
 
@@ -67,6 +70,10 @@ class ScheduleSpec:
     """In a search space's default schedule list (the paper's Sec. 2 set); others only when restricted in."""
     position: int = 100
     """Listing order (1f1b first: comparisons use it as the baseline); ties by name."""
+    build_array: Callable[[int, int, int], Built] | None = None
+    """Optional vectorised builder of a fixed order: ``build_array(pp, vpp, num_microbatches)`` gives the
+    same order as ``build`` as per-rank arrays (see ``oracle.pipeline.fast_compile``); the plan cache
+    uses it, tests check it against ``build``."""
 
     def accepts_vpp(self, vpp: int) -> bool:
         """The VPP rule: ``one`` -> vpp == 1, ``two`` -> vpp == 2, ``at_least_two`` -> vpp >= 2."""
@@ -129,6 +136,18 @@ class ScheduleSpec:
             order = self.build(pp, vpp, num_microbatches)
         return Built(order, self.approximate, self.summary if self.approximate else "")
 
+    @property
+    def builds_arrays(self) -> bool:
+        """:meth:`make_fast` returns the order in array form."""
+        return self.build_array is not None and not self.cost_aware
+
+    def make_fast(self, pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
+        """:meth:`make`, in array form when the schedule has a ``build_array``."""
+        if not self.builds_arrays:
+            return self.make(pp, vpp, num_microbatches, costs)
+        self.check(pp, vpp, num_microbatches)
+        return self.build_array(pp, vpp, num_microbatches)
+
 
 SCHEDULES: dict[str, ScheduleSpec] = {}
 
@@ -137,8 +156,8 @@ def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, i
              cost_aware: bool = False, approximate: bool = False, summary: str = "",
              build_detailed: Callable[..., Built] | None = None,
              min_microbatches: Callable[[int, int], int] | None = None, blocking_p2p: bool = False,
-             searched_by_default: bool = False, position: int = 100
-             ) -> Callable[[Callable[..., Order]], Callable[..., Order]]:
+             searched_by_default: bool = False, position: int = 100,
+             build_array: Callable[[int, int, int], Built] | None = None) -> Callable[[Callable[..., Order]], Callable[..., Order]]:
     """Decorator registering a builder under ``name``; a duplicate name (or 'auto') raises ValueError."""
     def deco(fn: Callable[..., Order]) -> Callable[..., Order]:
         if name == "auto":
@@ -149,7 +168,8 @@ def register(name: str, *, layout: Layout, splits_bw: bool, vpp_rule: VppRule, i
                                        in_flight=in_flight, cost_aware=cost_aware, approximate=approximate,
                                        summary=summary, build_detailed=build_detailed,
                                        min_microbatches=min_microbatches, blocking_p2p=blocking_p2p,
-                                       searched_by_default=searched_by_default, position=position)
+                                       searched_by_default=searched_by_default, position=position,
+                                       build_array=build_array)
         return fn
     return deco
 

@@ -20,7 +20,10 @@ With uniform stages (per-chunk f, b), zero p2p and m a multiple of pp, the bubbl
 """
 from __future__ import annotations
 
+import numpy as np
+
 from oracle.errors import InvalidConfigError
+from oracle.pipeline.fast_compile import rows, warmup_steady_cooldown
 from oracle.pipeline.schedules import Built, Order, register
 from oracle.pipeline.types import Op
 
@@ -47,10 +50,7 @@ def rank_order(pp: int, vpp: int, num_microbatches: int, rank: int, group: int) 
     m = num_microbatches
     table = schedule_table(m, vpp, group)
     total = m * vpp
-    if m == pp:
-        warmup = total
-    else:
-        warmup = min(2 * (pp - rank - 1) + (vpp - 1) * group, total)
+    warmup = _warmup(pp, vpp, m, rank, group)
     ops = [Op("F", *table[k]) for k in range(warmup)]
     for k in range(total - warmup):
         ops.append(Op("F", *table[warmup + k]))
@@ -62,19 +62,50 @@ def rank_order(pp: int, vpp: int, num_microbatches: int, rank: int, group: int) 
     return ops
 
 
+def schedule_table_array(num_microbatches: int, vpp: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`schedule_table` as (micro-batch, chunk) arrays: full groups of ``group``, then the rest."""
+    m = num_microbatches
+    n_full = -(-m // group) - 1  # every group but the last is full
+    chunk = np.arange(vpp)[None, :, None]
+    full_mb = np.broadcast_to(np.arange(n_full)[:, None, None] * group + np.arange(group)[None, None, :],
+                              (n_full, vpp, group))
+    full_c = np.broadcast_to(chunk, (n_full, vpp, group))
+    lo = n_full * group
+    last_mb = np.broadcast_to(np.arange(lo, m)[None, :], (vpp, m - lo))
+    last_c = np.broadcast_to(np.arange(vpp)[:, None], (vpp, m - lo))
+    return (np.concatenate([full_mb.ravel(), last_mb.ravel()]), np.concatenate([full_c.ravel(), last_c.ravel()]))
+
+
+def _warmup(pp: int, vpp: int, num_microbatches: int, rank: int, group: int) -> int:
+    total = num_microbatches * vpp
+    return total if num_microbatches == pp else min(2 * (pp - rank - 1) + (vpp - 1) * group, total)
+
+
+def _note(pp: int, num_microbatches: int, group: int) -> str:
+    return "" if group == pp else (f"num_microbatches={num_microbatches} is not a multiple of pp={pp}: "
+                                   f"Megatron micro-batch group size {group} (warm-up (vpp-1)*{group})")
+
+
 def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: object = None) -> Built:
     group = group_size(pp, num_microbatches)
     order = [rank_order(pp, vpp, num_microbatches, r, group) for r in range(pp)]
-    note = "" if group == pp else (f"num_microbatches={num_microbatches} is not a multiple of pp={pp}: "
-                                   f"Megatron micro-batch group size {group} (warm-up (vpp-1)*{group})")
-    return Built(order, False, note)
+    return Built(order, False, _note(pp, num_microbatches, group))
+
+
+def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
+    """:func:`build_detailed` in array form (see fast_compile)."""
+    group = group_size(pp, num_microbatches)
+    mb, c = schedule_table_array(num_microbatches, vpp, group)
+    fwd, bwd = rows(0, mb, c), rows(3, mb, vpp - 1 - c)
+    order = [warmup_steady_cooldown(fwd, bwd, _warmup(pp, vpp, num_microbatches, r, group)) for r in range(pp)]
+    return Built(order, False, _note(pp, num_microbatches, group))
 
 
 @register("interleaved", layout="interleaved", splits_bw=False, vpp_rule="at_least_two", position=10,
           # Megatron interleaved warm-up: (pp-r-1)*2 + (vpp-1)*pp forwards + 1 chunks, each 1/vpp stage
           in_flight=lambda pp, vpp, m, r: min((pp - r - 1) * 2 + (vpp - 1) * pp + 1, m * vpp) / vpp,
           searched_by_default=True,
-          min_microbatches=lambda pp, vpp: pp, build_detailed=build_detailed,
+          min_microbatches=lambda pp, vpp: pp, build_detailed=build_detailed, build_array=build_array,
           summary="Megatron interleaved 1F1B (schedule table, warm-up 2(pp-r-1)+(vpp-1)N, N = pp)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return build_detailed(pp, vpp, num_microbatches).order

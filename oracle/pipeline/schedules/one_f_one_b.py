@@ -7,7 +7,10 @@ uniform stages and zero p2p the makespan is ``(m + pp - 1) * (f + b)``, i.e. a b
 """
 from __future__ import annotations
 
-from oracle.pipeline.schedules import Order, register
+import numpy as np
+
+from oracle.pipeline.fast_compile import KIND_CODES, rows, warmup_steady_cooldown
+from oracle.pipeline.schedules import Built, Order, register
 from oracle.pipeline.types import Op
 
 
@@ -23,11 +26,22 @@ def fb_sequence(pp: int, rank: int, num_microbatches: int, backward: str = "BW")
     return ops
 
 
+def fb_array(pp: int, rank: int, num_microbatches: int, backward: str = "BW") -> np.ndarray:
+    """:func:`fb_sequence` in array form (rows of kind code, mb, chunk; see fast_compile)."""
+    mbs = np.arange(num_microbatches)
+    return warmup_steady_cooldown(rows(0, mbs), rows(KIND_CODES.index(backward), mbs),
+                                  min(pp - rank - 1, num_microbatches))
+
+
+def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
+    return Built([fb_array(pp, r, num_microbatches) for r in range(pp)], False, "")
+
+
 # Megatron's non-interleaved schedule calls send_forward_recv_backward & co., which wait on their
 # requests before the next op (only the interleaved schedule has overlap_p2p_comm): blocking sends.
 @register("1f1b", layout="interleaved", splits_bw=False, vpp_rule="one", blocking_p2p=True, position=0,
           in_flight=lambda pp, vpp, m, r: min(pp - r, m),  # 1F1B warm-up (Narayanan et al. 2021)
-          searched_by_default=True,
+          searched_by_default=True, build_array=build_array,
           summary="warm-up pp-r-1 forwards, steady 1F1B, cool-down (fused backward; blocking sends)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return [fb_sequence(pp, r, num_microbatches) for r in range(pp)]

@@ -15,8 +15,11 @@ extra, so the pipeline's peak equals 1F1B's when ``(pp - r) + r*(1 - frac) <= pp
 """
 from __future__ import annotations
 
-from oracle.pipeline.schedules import Order, register
-from oracle.pipeline.schedules.one_f_one_b import fb_sequence
+import numpy as np
+
+from oracle.pipeline.fast_compile import rows
+from oracle.pipeline.schedules import Built, Order, register
+from oracle.pipeline.schedules.one_f_one_b import fb_array, fb_sequence
 from oracle.pipeline.types import Op
 
 
@@ -38,9 +41,27 @@ def zb_h1_rank(pp: int, rank: int, num_microbatches: int) -> list[Op]:
     return insert_w(fb_sequence(pp, rank, num_microbatches, backward="B"), lag=rank)
 
 
+def zb_h1_array(pp: int, rank: int, num_microbatches: int) -> np.ndarray:
+    """:func:`zb_h1_rank` in array form: W(j) sorts right after B(j + rank), the rest at the end."""
+    m = num_microbatches
+    fb = fb_array(pp, rank, m, backward="B")
+    b_pos = np.empty(m, dtype=np.int64)
+    is_b = fb[:, 0] == 1
+    b_pos[fb[is_b, 1]] = np.flatnonzero(is_b)
+    j = np.arange(m)
+    late = j + rank >= m  # no B(j + rank): after every other op, in order
+    w_key = np.where(late, 2 * len(fb) + j, 2 * b_pos[np.minimum(j + rank, m - 1)] + 1)
+    keys = np.concatenate([2 * np.arange(len(fb)), w_key])
+    return np.concatenate([fb, rows(2, j)])[np.argsort(keys, kind="stable")]
+
+
+def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
+    return Built([zb_h1_array(pp, r, num_microbatches) for r in range(pp)], False, "")
+
+
 @register("zero_bubble", layout="interleaved", splits_bw=True, vpp_rule="one", position=20,
           in_flight=lambda pp, vpp, m, r: min(pp - r, m),  # ZB-H1 keeps 1F1B's peak (Qi et al. 2023)
-          searched_by_default=True,
+          searched_by_default=True, build_array=build_array,
           summary="ZB-H1: 1F1B skeleton with B/W split, W(j) after B(j + rank)")
 def build(pp: int, vpp: int, num_microbatches: int) -> Order:
     return [zb_h1_rank(pp, r, num_microbatches) for r in range(pp)]

@@ -1,0 +1,232 @@
+"""Vectorised compilation of a pipeline order (numpy), the fast path of ``simulator.compile_order``.
+
+An order in array form is one ``(n_ops, 3)`` integer array per rank, rows ``(kind, mb, chunk)`` with
+kind codes ``F=0, B=1, W=2, BW=3`` (:data:`KIND_CODES`). :func:`compile_arrays` builds the same tables
+as the reference compiler (``simulator.compile_order_reference``) without a Python loop per op:
+
+- validation: one ``bincount`` of (kind, rank, chunk, micro-batch) cells;
+- dependencies: array arithmetic on the keys of the module docstring of ``simulator``;
+- evaluation order: longest-path levels ("ticks") of the dependency graph with unit op lengths,
+  relaxed to their fixed point (per rank: a gather of the dependencies' ticks and a running
+  maximum, ranks swept down and up). Ticks grow strictly along every edge (dependency and rank
+  predecessor), so sorting the ops by tick is a topological order, which is all the timed pass
+  needs: each op's start is the same ``max`` over the same finish times in any such order, so the
+  times are bit-identical. A tick reaching the op count proves a cycle (a deadlocking order); the
+  caller then runs the reference compiler, which names the stuck ranks;
+- memory samples and in-flight peaks: per-rank cumulative sums sampled at the forwards.
+
+:func:`compile_arrays` returns None for anything it does not accept (malformed or deadlocking
+orders, or slow convergence), and the caller falls back to the reference compiler, whose error
+messages stay the only ones.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from operator import itemgetter
+
+import numpy as np
+
+from oracle.pipeline.types import Layout, Op, stage_map, virtual_stage
+
+KIND_CODES: tuple[str, ...] = ("F", "B", "W", "BW")
+_KIND_CODE = {k: i for i, k in enumerate(KIND_CODES)}
+_DEP_CLASS = np.array([0, 1, 2, 1], dtype=np.int64)  # BW completes the "B" of its stage for its consumers
+_MAX_ROUNDS = 64
+"""Relaxation sweeps before giving up on the fast path (pipeline orders settle in one to three)."""
+_OP_TABLES: dict[int, list[Op]] = {}
+"""Interned Op objects per vpp, indexed by ``(mb * 4 + kind) * vpp + chunk`` (Ops are immutable)."""
+
+
+def ops_to_array(ops: Sequence[Op]) -> np.ndarray | None:
+    """One rank's op list as a ``(n, 3)`` array of (kind code, mb, chunk); None for an unknown kind."""
+    try:
+        arr = np.array([(_KIND_CODE[op.kind], op.mb, op.chunk) for op in ops])
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return None
+    if arr.size and arr.dtype.kind not in "iu":
+        return None  # a non-integer mb or chunk: the reference compiler reports it
+    return arr.astype(np.int64).reshape(-1, 3)
+
+
+def array_to_ops(arr: np.ndarray, vpp: int) -> tuple[Op, ...]:
+    """The Op tuple of one rank's array (interned Ops: one object per (kind, mb, chunk))."""
+    if not len(arr):
+        return ()
+    codes = (arr[:, 1] * 4 + arr[:, 0]) * vpp + arr[:, 2]
+    table = _OP_TABLES.setdefault(vpp, [])
+    top = int(codes.max())
+    if top >= len(table):
+        start_mb = len(table) // (4 * vpp)
+        end_mb = top // (4 * vpp) + 1
+        table.extend(Op(KIND_CODES[k], mb, c) for mb in range(start_mb, end_mb) for k in range(4)
+                     for c in range(vpp))
+    return tuple(table[i] for i in codes.tolist()) if len(codes) == 1 else itemgetter(*codes.tolist())(table)
+
+
+def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layout, m: int) -> dict | None:
+    """The CompiledOrder fields of an order in array form, or None (caller uses the reference path).
+
+    ``pp, vpp, layout, m`` are assumed checked by the caller (sizes >= 1, a known layout, one array
+    per rank)."""
+    lens = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=pp)
+    n = int(lens.sum())
+    if n == 0:
+        return None
+    offsets = np.zeros(pp + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    ops = np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1, 3) for a in arrays])
+    kind, mb, chunk = ops[:, 0].copy(), ops[:, 1].copy(), ops[:, 2].copy()
+    if (kind.min() < 0 or kind.max() > 3 or mb.min() < 0 or mb.max() >= m or chunk.min() < 0
+            or chunk.max() >= vpp):
+        return None
+    rank = np.repeat(np.arange(pp, dtype=np.int64), lens)
+    # every cell (rank, chunk, mb) needs exactly one F, and either one BW or one B and one W
+    n_cells = pp * vpp * m
+    cell = (rank * vpp + chunk) * m + mb
+    cnt = np.bincount(kind * n_cells + cell, minlength=4 * n_cells).reshape(4, n_cells)
+    fused = (cnt[3] == 1) & (cnt[1] == 0) & (cnt[2] == 0)
+    split = (cnt[3] == 0) & (cnt[1] == 1) & (cnt[2] == 1)
+    if not (cnt[0] == 1).all() or not (fused | split).all():
+        return None
+
+    n_stages = pp * vpp
+    smap = stage_map(layout, pp, vpp)
+    rank_of_stage = np.array([r for r, _ in smap], dtype=np.int64)
+    vs = np.array([[virtual_stage(layout, pp, vpp, r, c) for c in range(vpp)] for r in range(pp)],
+                  dtype=np.int64)
+    v = vs[rank, chunk]
+    own = (_DEP_CLASS[kind] * m + mb) * n_stages + v
+    d1 = np.full(n, -1, dtype=np.int64)
+    b1 = np.full(n, -1, dtype=np.int64)
+    d2 = np.full(n, -1, dtype=np.int64)
+    is_f = kind == 0
+    sel = is_f & (v > 0)  # F(mb, v) needs F(mb, v-1)
+    vp = v[sel] - 1
+    d1[sel] = mb[sel] * n_stages + vp
+    b1[sel] = np.where(rank_of_stage[vp] != rank[sel], vp, -1)
+    sel = kind == 2  # W(mb, v) needs B(mb, v)
+    d1[sel] = (m + mb[sel]) * n_stages + v[sel]
+    is_b = (kind == 1) | (kind == 3)
+    sel = is_b & (v < n_stages - 1)  # B(mb, v) needs B(mb, v+1) and F(mb, v)
+    vn = v[sel] + 1
+    d1[sel] = (m + mb[sel]) * n_stages + vn
+    b1[sel] = np.where(rank_of_stage[vn] != rank[sel], v[sel], -1)
+    d2[sel] = mb[sel] * n_stages + v[sel]
+    sel = is_b & (v == n_stages - 1)  # the last stage's B needs only its F
+    d1[sel] = mb[sel] * n_stages + v[sel]
+
+    perm = _tick_order(own, d1, d2, offsets, n, 3 * m * n_stages)
+    if perm is None:
+        return None
+    gci = rank * (4 * vpp) + kind * vpp + chunk
+
+    # memory samples after every F: per-chunk counts of F - BW (alive), B and W so far on the rank, and
+    # the chunks alive (F - BW - W); one running sum over all ranks, minus its value at the rank's start
+    alive_delta = is_f.astype(np.float64) - (kind == 3)
+    delta = np.zeros((n + 1, 3 * vpp + 1), dtype=np.float64)
+    at = np.arange(n) + 1
+    delta[at, chunk] = alive_delta
+    delta[at, vpp + chunk] = kind == 1
+    delta[at, 2 * vpp + chunk] = kind == 2
+    delta[1:, 3 * vpp] = alive_delta - (kind == 2)
+    np.cumsum(delta, axis=0, out=delta)
+    f_rows = np.flatnonzero(is_f)
+    sampled = delta[f_rows + 1] - delta[offsets[rank[f_rows]]]
+    mem_alive = np.ascontiguousarray(sampled[:, :vpp])
+    mem_b = np.ascontiguousarray(sampled[:, vpp:2 * vpp])
+    mem_w = np.ascontiguousarray(sampled[:, 2 * vpp:3 * vpp])
+    live = sampled[:, 3 * vpp]
+    n_f = np.bincount(rank[f_rows], minlength=pp)
+    segments = np.zeros(pp, dtype=np.intp)
+    np.cumsum(n_f[:-1], out=segments[1:])
+    peak_in_flight = tuple(int(x) for x in np.maximum.reduceat(live, segments).tolist())
+    op_counts = np.bincount(gci, minlength=pp * 4 * vpp).reshape(pp, 4 * vpp)
+    with _collector_paused():
+        order = tuple(array_to_ops(ops[offsets[r]:offsets[r + 1]], vpp) for r in range(pp))
+        flat = flat_rows(rank, own, d1, b1, d2, gci, perm)
+    return dict(
+        order=order, flat=flat,
+        rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * n_stages,
+        op_counts=tuple(tuple(row) for row in op_counts.tolist()),
+        mem_row_rank=rank[f_rows].astype(np.intp), mem_alive=mem_alive, mem_b=mem_b, mem_w=mem_w,
+        mem_segments=segments, peak_in_flight=peak_in_flight, splits_bw=bool(cnt[1].any()))
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a plan's tables are built: they are tuples of ints and
+    of interned Ops (no cycles to find), but their tens of thousands of allocations would otherwise
+    trigger collections that walk the caller's whole heap (a search space's points), ~40% of the cost."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def flat_rows(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray, d2: np.ndarray,
+              gci: np.ndarray, perm: np.ndarray) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+    """The timed pass's table from per-slot columns (slot = rank offset + position) and an evaluation
+    order ``perm``: one int tuple per op, (rank, slot, key, dep1, boundary1, dep2, cost index)."""
+    return tuple(zip(*(col[perm].tolist() for col in (rank, np.arange(len(own), dtype=np.int64), own, d1, b1, d2,
+                                                      gci))))
+
+
+def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.ndarray, n: int,
+                n_keys: int) -> np.ndarray | None:
+    """Op indices sorted by longest-path level (unit op lengths); None on a cycle or slow convergence.
+
+    Gauss-Seidel relaxation: sweep the ranks down (0 .. pp-1, the direction forwards flow) and back
+    up (the backwards), each rank's ticks from the latest ticks of its dependencies; pipeline orders
+    settle in one or two round trips (plus one that changes nothing)."""
+    slot_of = np.full(n_keys + 1, n, dtype=np.int64)  # key -1 (no dependency) -> sentinel slot n
+    slot_of[own] = np.arange(n, dtype=np.int64)
+    s1 = slot_of[d1]
+    s2 = slot_of[d2]
+    tick = np.full(n + 1, -1, dtype=np.int64)
+    pp = len(offsets) - 1
+    bounds = [(int(offsets[r]), int(offsets[r + 1])) for r in range(pp)]
+    neg_pos = [-np.arange(hi - lo, dtype=np.int64) for lo, hi in bounds]
+    sweep = list(range(pp)) + list(range(pp - 2, 0, -1))
+    for _ in range(_MAX_ROUNDS):
+        changed = False
+        for r in sweep:
+            lo, hi = bounds[r]
+            if lo == hi:
+                continue
+            # tick[i] = max(tick[rank predecessor] + 1, deps + 1) = pos + running max of (deps + 1 - pos)
+            ext = np.maximum(tick[s1[lo:hi]], tick[s2[lo:hi]])
+            ext += 1
+            ext += neg_pos[r]
+            np.maximum.accumulate(ext, out=ext)
+            ext -= neg_pos[r]
+            if ext[-1] >= n:
+                return None  # a level beyond the op count: the graph has a cycle (deadlock)
+            if not np.array_equal(ext, tick[lo:hi]):
+                tick[lo:hi] = ext
+                changed = True
+        if not changed:
+            return np.argsort(tick[:n], kind="stable")
+    return None
+
+
+def rows(kind: int | np.ndarray, mb: np.ndarray, chunk: int | np.ndarray = 0) -> np.ndarray:
+    """``(n, 3)`` op rows (kind code, mb, chunk) from broadcastable columns."""
+    mb = np.asarray(mb, dtype=np.int64)
+    out = np.empty((mb.size, 3), dtype=np.int64)
+    out[:, 0] = kind
+    out[:, 1] = mb
+    out[:, 2] = chunk
+    return out
+
+
+def warmup_steady_cooldown(fwd: np.ndarray, bwd: np.ndarray, warmup: int) -> np.ndarray:
+    """The 1F1B shape in array form: ``fwd[:warmup]``, then pairs (``fwd[warmup + k]``, ``bwd[k]``),
+    then the remaining backwards (both sequences have the same length)."""
+    total = len(fwd)
+    steady = np.stack([fwd[warmup:], bwd[:total - warmup]], axis=1).reshape(-1, 3)
+    return np.concatenate([fwd[:warmup], steady, bwd[total - warmup:]])

@@ -1,0 +1,148 @@
+"""The vectorised order compiler and array builders against the per-op reference path (bit-identical)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oracle.errors import InvalidConfigError
+from oracle.pipeline import Op, ScheduleDeadlockError, StageCosts, run_compiled, run_schedule
+from oracle.pipeline.fast_compile import array_to_ops
+from oracle.pipeline.schedules import SCHEDULES
+from oracle.pipeline.simulator import (CompiledOrder, compile_order, compile_order_arrays,
+                                       compile_order_reference)
+from tests.oracle.test_pipeline_properties import SETTINGS, costs_st
+
+ARRAY_BUILT = tuple(name for name, spec in SCHEDULES.items() if spec.builds_arrays)
+FIXED = tuple(name for name, spec in SCHEDULES.items() if not spec.cost_aware)
+ARRAY_FIELDS = ("mem_row_rank", "mem_alive", "mem_b", "mem_w", "mem_segments")
+PLAIN_FIELDS = ("pp", "vpp", "layout", "num_microbatches", "order", "flat", "rank_offsets", "n_keys",
+                "op_counts", "peak_in_flight", "splits_bw")
+
+
+def _sizes(draw, name: str, pp_max: int = 6) -> tuple[int, int, int]:
+    spec = SCHEDULES[name]
+    pp = draw(st.integers(1, pp_max))
+    vpp = {"one": 1, "two": 2}.get(spec.vpp_rule) or draw(st.integers(2, 4))
+    least = spec.min_microbatches(pp, vpp) if spec.min_microbatches else 1
+    return pp, vpp, draw(st.integers(least, max(least, 3 * pp + 2)))
+
+
+def assert_same_plan(fast: CompiledOrder, ref: CompiledOrder) -> None:
+    """Same tables; the evaluation order may differ (any topological order gives the same times)."""
+    for f in PLAIN_FIELDS:
+        if f != "flat":
+            assert getattr(fast, f) == getattr(ref, f), f
+    assert sorted(fast.flat) == sorted(ref.flat)
+    for f in ARRAY_FIELDS:
+        a, b = getattr(fast, f), getattr(ref, f)
+        assert a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b), f
+
+
+def assert_topological(plan: CompiledOrder) -> None:
+    """Every op after its dependencies and its rank predecessor in the evaluation order."""
+    done_keys: set[int] = set()
+    done_slots: set[int] = set()
+    firsts = set(plan.rank_offsets[:-1])
+    for r, slot, key, d1, _, d2, _ in plan.flat:
+        assert d1 < 0 or d1 in done_keys
+        assert d2 < 0 or d2 in done_keys
+        assert slot in firsts or slot - 1 in done_slots
+        done_keys.add(key)
+        done_slots.add(slot)
+    assert len(done_slots) == plan.rank_offsets[-1]
+
+
+@st.composite
+def schedule_case(draw, names=FIXED):
+    name = draw(st.sampled_from(names))
+    pp, vpp, m = _sizes(draw, name)
+    costs = draw(costs_st(pp, vpp))
+    if draw(st.booleans()):
+        costs = StageCosts(f_s=costs.f_s, b_s=costs.b_s, w_s=costs.w_s, act_bytes=costs.act_bytes,
+                           p2p_s=costs.p2p_s, b_release_fraction=costs.b_release_fraction, p2p_blocking=True)
+    return name, pp, vpp, m, costs
+
+
+@SETTINGS
+@given(schedule_case())
+def test_fast_compile_equals_the_reference_on_every_fixed_schedule(case):
+    """Unequal per-stage f/b/w, per-boundary p2p, blocking or not: identical tables and results."""
+    name, pp, vpp, m, costs = case
+    spec = SCHEDULES[name]
+    order = spec.make(pp, vpp, m).order
+    ref = compile_order_reference(order, pp, vpp, spec.layout, m)
+    fast = compile_order(order, pp, vpp, spec.layout, m)
+    assert_same_plan(fast, ref)
+    assert_topological(fast)
+    assert run_compiled(fast, costs, name=name) == run_compiled(ref, costs, name=name)
+    # and through the plan cache (array builders where the schedule has one)
+    res = run_schedule(name, pp, vpp, m, costs)
+    assert res == run_compiled(ref, costs, name=name, approximate=res.approximate, note=res.note)
+
+
+def array_and_reference_plans(name: str, pp: int, vpp: int, m: int) -> tuple[CompiledOrder, CompiledOrder]:
+    """The plan from the array builder (vectorised compile) and from the op-list builder (reference
+    compile), after checking that the two builders give the same ops, approximate flag and note."""
+    spec = SCHEDULES[name]
+    built, fast = spec.make(pp, vpp, m), spec.make_fast(pp, vpp, m)
+    assert [list(ops) for ops in built.order] == [list(array_to_ops(a, vpp)) for a in fast.order]
+    assert (built.approximate, built.note) == (fast.approximate, fast.note)
+    return (compile_order_arrays(fast.order, pp, vpp, spec.layout, m),
+            compile_order_reference(built.order, pp, vpp, spec.layout, m))
+
+
+@SETTINGS
+@given(st.data())
+def test_array_builders_equal_the_op_list_builders(data):
+    name = data.draw(st.sampled_from(ARRAY_BUILT))
+    assert_same_plan(*array_and_reference_plans(name, *_sizes(data.draw, name, pp_max=12)))
+
+
+@pytest.mark.parametrize("name,pp,vpp,m", [("1f1b", 32, 1, 512), ("interleaved", 16, 3, 256),
+                                          ("zero_bubble", 32, 1, 64), ("zbv", 16, 2, 256),
+                                          ("interleaved", 8, 2, 13)])
+def test_large_plans_match_the_reference(name, pp, vpp, m):
+    """The search space's big shapes (pp 16/32, hundreds of micro-batches), uneven stage costs."""
+    spec = SCHEDULES[name]
+    rng = np.random.default_rng(pp * m)
+
+    def mat():
+        return rng.uniform(0.1, 2.0, size=(pp, vpp)).tolist()
+    costs = StageCosts(f_s=mat(), b_s=mat(), w_s=mat(), act_bytes=mat(),
+                       p2p_s=tuple(rng.uniform(0, 0.05, pp * vpp - 1).tolist()), p2p_blocking=spec.blocking_p2p)
+    fast, ref = array_and_reference_plans(name, pp, vpp, m)
+    assert_same_plan(fast, ref)
+    assert run_compiled(fast, costs) == run_compiled(ref, costs)
+
+
+@SETTINGS
+@given(st.data())
+def test_shuffled_orders_agree_with_the_reference_or_raise_the_same_error(data):
+    """Random per-rank permutations (mostly deadlocks) and random swaps of adjacent ops."""
+    name = data.draw(st.sampled_from(FIXED))
+    pp, vpp, m = _sizes(data.draw, name, pp_max=4)
+    spec = SCHEDULES[name]
+    order = [list(ops) for ops in spec.make(pp, vpp, m).order]
+    for r in range(pp):
+        for _ in range(data.draw(st.integers(0, 3))):
+            if len(order[r]) > 1:
+                i = data.draw(st.integers(0, len(order[r]) - 2))
+                order[r][i], order[r][i + 1] = order[r][i + 1], order[r][i]
+    if data.draw(st.booleans()):
+        order[0] = data.draw(st.permutations(order[0]))
+    if data.draw(st.booleans()) and order[-1]:
+        order[-1] = order[-1][:-1] + [Op("F", 0, 0)]  # a duplicate F and a missing op
+    costs = data.draw(costs_st(pp, vpp))
+    try:
+        ref = compile_order_reference(order, pp, vpp, spec.layout, m)
+    except (InvalidConfigError, ScheduleDeadlockError) as err:
+        with pytest.raises(type(err)) as got:
+            compile_order(order, pp, vpp, spec.layout, m)
+        assert str(got.value) == str(err)
+        return
+    fast = compile_order(order, pp, vpp, spec.layout, m)
+    assert_same_plan(fast, ref)
+    assert_topological(fast)
+    assert run_compiled(fast, costs) == run_compiled(ref, costs)
