@@ -97,8 +97,9 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
         for k, part in c.comm.items():
             _add(exp, k, n * (part.f_exposed_s + part.b_exposed_s))
             _add(tot, k, n * (part.f_total_s + part.b_total_s))
-        if replayed:  # full recompute replays the layer forward (incl. its TP/CP/EP comm) before B
-            rec += n * (c.f_s + c.f_exposed_comm_s)
+        if replayed:  # full recompute replays the layer forward (incl. its TP/CP/EP comm) before B;
+            # the replayed comm is counted once, through exp -> comm_b, not again in rec
+            rec += n * c.f_s
             host_rec += n * c.host_f_s
             for k, part in c.comm.items():
                 _add(exp, k, n * part.f_exposed_s)

@@ -189,3 +189,28 @@ def test_upper_bound_never_below_the_projection(sched, vpp, mbs):
     assert ub >= p.tokens_per_s_per_gpu * (1 - 1e-9)
     if sched != "v_half":  # memory-capped V schedules keep bubbles on purpose: the bound is loose there
         assert ub <= p.tokens_per_s_per_gpu * 1.5  # a useful bound, not a trivial one
+
+
+def test_full_recompute_replays_the_forward_and_its_exposed_comm_once():
+    """Full recompute adds one layer forward (compute + its exposed TP/EP communication) to every
+    backward: counted once, not once in recompute and again in the backward's exposed comm."""
+    from oracle.comm import CommModel
+    from oracle.compute import LayerModel
+    from oracle.layout import Layout
+    from oracle.projector import _chunk_costs
+    base = {"model": "mixtral-8x7b", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
+            "training": {"seq_len": 4096, "gbs": 64, "tp": 2, "ep": 8, "pp": 1}}
+    full = {**base, "training": {**base["training"], "recompute": "full"}}
+    costs = []
+    for spec in (base, full):
+        run = RunConfig.from_dict(spec)
+        L = Layout(run)
+        lm = LayerModel(L, CommModel.from_profile(run.cluster.hardware, run.cluster.num_gpus))
+        costs.append((_chunk_costs(run, L, lm, 0, 0), lm))
+    (none_c, lm), (full_c, _) = costs
+    layer = lm.layer("moe")
+    n = run.model.num_layers
+    replay = n * (layer.f_s + layer.f_exposed_comm_s + layer.host_f_s)
+    assert layer.f_exposed_comm_s > 0  # the case exercises the comm term
+    assert full_c.b_s - none_c.b_s == pytest.approx(replay, rel=1e-9)
+    assert full_c.recompute_s == pytest.approx(n * layer.f_s, rel=1e-9)
