@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracle.hardware import load_hardware  # noqa: E402
 from oracle.projector import project  # noqa: E402
+from oracle.validate import RECOMPUTE_GUESS  # noqa: E402
 from oracle.validate import batch_contrasts as _batch_contrasts  # noqa: E402
 from oracle.validate import newest_flags, read_rows, row_to_run, validate_rows  # noqa: E402
 
@@ -87,6 +88,11 @@ def _fit_run(row: dict, base: Path | None = None, adjust=None, quiet: bool = Fal
     if assumed and not project(run).fits:
         if not quiet:
             print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
+        return None
+    guessed = [a for a in assumed if RECOMPUTE_GUESS in a]
+    if guessed:  # validate projects it with a guessed recompute; the fit learns only from what ran
+        if not quiet:
+            print(f"   (excluded {row['id']}: does not fit without its unpublished recompute ({guessed[0]}))")
         return None
     return run
 
@@ -301,12 +307,20 @@ ROW_SD = 0.10
 MIN_MOE_ROWS_FOR_HOST = 3
 
 
+# The host issue cost per framework op belongs to the host CPU and the framework's MoE path, not to the
+# GPU: one multiplier per vendor's software stack, fitted jointly over its generations' MoE rows.
+HOST_GROUPS = {"nvidia": ("hopper", "blackwell", "blackwell-ultra", "ampere"), "amd": ("cdna3", "cdna4")}
+
+
+def host_group_of(gen: str) -> str:
+    return next((g for g, members in HOST_GROUPS.items() if gen in members), gen)
+
+
 def _gen_params(rows: list[FitRow]) -> list[str]:
+    """The per-generation parameters its rows can constrain (the host cost is shared: fit_all)."""
     names = ["gemm"]
     if len(rows) >= 6 and len({r.run.training.seq_len for r in rows}) > 1:
         names.append("attention")
-    if sum(1 for r in rows if r.run.model.is_moe) >= MIN_MOE_ROWS_FOR_HOST:
-        names.append("host_op_s")
     if any(r.run.training.precision == "nvfp4" for r in rows):
         names.append("gemm_fp4")
     return names
@@ -338,27 +352,59 @@ def _resid(rows: list[FitRow], names, x) -> np.ndarray:
     return np.array(out)
 
 
-def fit_generation(rows: list[FitRow]) -> dict:
-    """Least squares in log space over one generation's rows; returns params (multipliers / seconds)."""
-    names = _gen_params(rows)
-    x0 = np.zeros(len(names))
-    if "host_op_s" in names:
+def fit_all(rows: list[FitRow]) -> dict[str, dict]:
+    """MAP least squares in log space over every generation at once: per generation its GEMM / attention
+    / FP4 multipliers, per vendor stack one host-cost multiplier (when it has >= MIN_MOE_ROWS_FOR_HOST
+    MoE rows). Returns per generation {"names", "x", "before", "after"}; a generation of a vendor whose
+    host cost was fitted but with no rows of its own gets that host cost alone ("names" ["host_op_s"])."""
+    gens = sorted({generation_of(r.part) for r in rows})
+    by_gen = {g: [r for r in rows if generation_of(r.part) == g] for g in gens}
+    cols: list[tuple[str, str]] = [(g, n) for g in gens for n in _gen_params(by_gen[g])]
+    for grp, members in HOST_GROUPS.items():
+        if sum(1 for r in rows if generation_of(r.part) in members and r.run.model.is_moe) >= MIN_MOE_ROWS_FOR_HOST:
+            cols.append((grp, "host_op_s"))
+
+    def gen_cols(g: str) -> list[int]:
+        return [i for i, (o, n) in enumerate(cols) if o == g or (n == "host_op_s" and o == host_group_of(g))]
+
+    order = [r for g in gens for r in by_gen[g]]
+    sparsity = np.zeros((len(order) + len(cols), len(cols)), dtype=int)
+    at = 0
+    for g in gens:
+        for i in gen_cols(g):
+            sparsity[at:at + len(by_gen[g]), i] = 1
+        at += len(by_gen[g])
+    sparsity[len(order):, :] = np.eye(len(cols), dtype=int)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([_resid(by_gen[g], [cols[i][1] for i in gen_cols(g)], x[gen_cols(g)]) for g in gens])
+
+    x0 = np.zeros(len(cols))
+    host_cols = [i for i, (_, n) in enumerate(cols) if n == "host_op_s"]
+    for i in host_cols:
         # max(device, host) is flat in host_op_s wherever the host does not bind: start from the best
         # of a few host costs (0.5x .. 8x the prior) so the gradient sees the host-bound rows
-        i = names.index("host_op_s")
         starts = []
         for lg in np.log([0.5, 1.0, 2.0, 4.0, 8.0]):
             x = x0.copy()
             x[i] = lg
-            starts.append((float(np.sum(_resid(rows, names, x) ** 2)), x))
+            starts.append((float(np.sum(resid(x) ** 2)), x))
         x0 = min(starts, key=lambda t: t[0])[1]
-    lo = [-1.5 if n != "host_op_s" else -3.0 for n in names]
-    hi = [1.0 if n != "host_op_s" else 3.0 for n in names]
-    sd = np.array([PRIOR_SD[n] for n in names])
-    sol = least_squares(lambda x: np.concatenate([_resid(rows, names, x) / ROW_SD, x / sd]), x0, bounds=(lo, hi),
-                        diff_step=1e-3)
-    return {"names": names, "x": sol.x, "before": _resid(rows, names, np.zeros(len(names))),
-            "after": _resid(rows, names, sol.x)}
+    lo = [-1.5 if n != "host_op_s" else -3.0 for _, n in cols]
+    hi = [1.0 if n != "host_op_s" else 3.0 for _, n in cols]
+    sd = np.array([PRIOR_SD[n] for _, n in cols])
+    sol = least_squares(lambda x: np.concatenate([resid(x) / ROW_SD, x / sd]), x0, bounds=(lo, hi),
+                        diff_step=1e-3, jac_sparsity=sparsity)
+    out = {}
+    for g in gens:
+        idx = gen_cols(g)
+        names = [cols[i][1] for i in idx]
+        out[g] = {"names": names, "x": sol.x[idx], "before": _resid(by_gen[g], names, np.zeros(len(idx))),
+                  "after": _resid(by_gen[g], names, sol.x[idx])}
+    for i in host_cols:  # the vendor's other generations take its host cost
+        for g in HOST_GROUPS[cols[i][0]]:
+            out.setdefault(g, {"names": ["host_op_s"], "x": sol.x[[i]], "before": np.array([]), "after": np.array([])})
+    return out
 
 
 def _project_with(fit: dict | None, r: FitRow) -> float:
@@ -377,12 +423,9 @@ def _held_out(rows: list[FitRow], key) -> dict[str, list[float]]:
     """Errors of each group of rows (by ``key``) projected by per-generation fits that never saw it."""
     out: dict[str, list[float]] = {}
     for k in sorted({key(r) for r in rows}):
-        train = [r for r in rows if key(r) != k]
-        held = [r for r in rows if key(r) == k]
-        for gen in sorted({generation_of(r.part) for r in held}):
-            tr = [r for r in train if generation_of(r.part) == gen]
-            fit = fit_generation(tr) if tr else None  # no other rows of the generation: the priors
-            out.setdefault(k, []).extend(_project_with(fit, r) for r in held if generation_of(r.part) == gen)
+        fits = fit_all([r for r in rows if key(r) != k])
+        # a generation with no other rows keeps its priors (and its vendor's fitted host cost)
+        out[k] = [_project_with(fits.get(generation_of(r.part)), r) for r in rows if key(r) == k]
     return out
 
 
@@ -403,11 +446,24 @@ def write_profiles(fits: dict[str, dict], rows: list[FitRow], paths: list[str]) 
             eff = _gen_eff(hw, fit["names"], fit["x"])
             path = Path(PROFILE_DIR) / f"{part}.yaml"
             text = path.read_text()
-            for field_name, value in eff.items():
+            # a field an earlier fit set but this one does not fit (e.g. host_op_s once its generation has
+            # too few MoE rows) goes back to its recorded prior, value and source
+            current = load_hardware(part).efficiency_sources
+            back = {k: v for k, (v, _) in prior.items()
+                    if k not in eff and current.get(k, "").startswith(_JOINT_TAG)}
+            for field_name, value in {**eff, **back}.items():
                 p_val, p_src = prior[field_name]
-                src = (f"{_JOINT_TAG} {files}, generation {gen}, x{value / max(p_val, 1e-30):.3f} on the prior over "
-                       f"{len(ids)} newest-release A/B rows ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}; "
-                       f"docs/accuracy.md); prior {p_val:.4g} ({p_src.replace(chr(34), chr(39))})")
+                if field_name == "host_op_s" and field_name in eff:  # one multiplier per vendor stack
+                    grp = host_group_of(gen)
+                    moe = [r.id for r in rows if host_group_of(generation_of(r.part)) == grp and r.run.model.is_moe]
+                    over = (f"the {grp} host stack (one multiplier shared by {', '.join(HOST_GROUPS[grp])}) over "
+                            f"{len(moe)} MoE rows ({', '.join(moe[:3])}{', ...' if len(moe) > 3 else ''}")
+                else:
+                    over = (f"generation {gen} over {len(ids)} newest-release A/B rows "
+                            f"({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}")
+                src = (f"{_JOINT_TAG} {files}, x{value / max(p_val, 1e-30):.3f} on the prior, {over}; "
+                       f"docs/accuracy.md); prior {p_val:.4g} ({p_src.replace(chr(34), chr(39))})"
+                       if field_name in eff else p_src.replace(chr(34), chr(39)))
                 fmt = f"{value:.3e}" if field_name.endswith("_s") else f"{value:.3f}"
                 line = f'  {field_name}: {{value: {fmt}, source: "{src}"}}'
                 text, n = re.subn(rf"^  {field_name}: \{{value: [^,]+, source: .*$", line.replace("\\", "\\\\"), text,
@@ -415,19 +471,20 @@ def write_profiles(fits: dict[str, dict], rows: list[FitRow], paths: list[str]) 
                 if n != 1:
                     raise SystemExit(f"{path}: could not find the efficiency line of {field_name}")
             path.write_text(text)
-            print(f"   wrote {path.name}: " + ", ".join(f"{k}={v:.4g}" for k, v in eff.items()))
+            print(f"   wrote {path.name}: " + ", ".join(f"{k}={v:.4g}" for k, v in eff.items())
+                  + "".join(f", {k}={v:.4g} (back to its prior)" for k, v in back.items()))
 
 
 def joint(paths: list[str], quals: set[str], write: bool, held_out: bool) -> int:
     rows = joint_rows(paths, quals)
-    fits: dict[str, dict] = {}
+    fits = fit_all(rows)
     for gen in GENERATIONS:
         rs = [r for r in rows if generation_of(r.part) == gen]
         if not rs:
-            print(f"== generation {gen}: no rows; its profiles keep their sourced priors")
+            shared = f" except the {host_group_of(gen)} host cost" if gen in fits else ""
+            print(f"== generation {gen}: no rows; its profiles keep their sourced priors{shared}")
             continue
-        fit = fit_generation(rs)
-        fits[gen] = fit
+        fit = fits[gen]
         params = ", ".join(f"{n} " + (f"{math.exp(v) * rs[0].run.cluster.hardware.efficiency.host_op_s * 1e6:.1f} us"
                                       if n == "host_op_s" else f"x{math.exp(v):.3f}") for n, v in zip(fit["names"], fit["x"]))
         print(f"== generation {gen}: {len(rs)} rows, models {', '.join(sorted({r.model for r in rs}))}; {params}")

@@ -23,6 +23,10 @@ REQUIRED_COLUMNS = ("id", "model", "hardware", "num_gpus")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_peak_mem_gib")
 INFO_COLUMNS = ("group", "source", "quality", "notes")
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
+LIST_KEYS = ("recompute_modules",)
+RECOMPUTE_GUESS = "the fastest recompute that fits"
+"""Marks the ``assumed`` note of a row whose unpublished recompute validate chose (see
+_assume_least_recompute); benchmarks/calibrate.py does not fit on such rows."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,36 +231,58 @@ def _assume_cross_domain_dispatcher(data: dict[str, Any], row: dict[str, str]) -
 
 def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     """A row that states no recompute and does not fit in memory without it must have run with some:
-    the published run trained, so it fit. Take the least recompute that fits, in order of replayed
-    forward work: selective (core attention), then full recompute of 1, 2, ... layers per pipeline
-    rank (Megatron's 'block' method), then every layer. Set it in ``data`` and return the ``assumed``
-    note; [] when the row fits as it is or nothing fits (the projection then says ``fits: false``).
+    the published run trained, so it fit. Take the recompute that fits at the least cost, as a tuned
+    recipe would: the candidates are Megatron's module recompute (every minimal set of
+    ``recompute_modules`` the model has that fits; a superset of a fitting set only costs more) and
+    full recompute of the fewest layers per pipeline rank that fits (Megatron's 'block' method); of
+    those that fit, the fastest projection wins. Set it in ``data`` and return the ``assumed`` note;
+    [] when the row fits as it is or nothing fits (the projection then says ``fits: false``).
     docs/accuracy.md "Unstated recompute"."""
+    import itertools
+
     from oracle.memory import project_memory
+    from oracle.opgraph import RECOMPUTE_MODULES
+    from oracle.projector import project
     where = f"row {row.get('id')}"
-    try:
-        base = project_memory(RunConfig.from_dict(data, where=where), trees="none")
-    except PrimusError:
-        return []  # the checked parse reports it
-    if base.fits:
-        return []
-    probe = RunConfig.from_dict(data, where=where)
-    per_rank = max(1, -(-probe.model.num_layers // probe.training.pp))
-    trials: list[dict[str, Any]] = [{"recompute": "selective"}]
-    trials += [{"recompute": "full", "recompute_num_layers": n} for n in range(1, per_rank)]
-    trials.append({"recompute": "full"})
-    for keys in trials:
-        tried = {**data, "training": {**data["training"], **keys}}
+
+    def with_keys(keys: dict[str, Any]) -> RunConfig | None:
         try:
-            mem = project_memory(RunConfig.from_dict(tried, where=where), trees="none")
+            return RunConfig.from_dict({**data, "training": {**data["training"], **keys}}, where=where)
         except PrimusError:
-            continue  # e.g. a layer count this layout cannot recompute
-        if mem.fits:
-            data["training"].update(keys)
-            shown = ", ".join(f"{k}={v}" for k, v in keys.items())
-            return [f"{shown} (least recompute that fits: without it the run needs "
-                    f"{base.peak_bytes / GIB:.1f} of {base.cap_bytes / GIB:.1f} GiB)"]
-    return []
+            return None  # a module this model does not have, a layer count this layout cannot recompute
+
+    base = with_keys({})
+    if base is None:
+        return []  # the checked parse reports it
+    base_mem = project_memory(base, trees="none")
+    if base_mem.fits:
+        return []
+    fitting: list[tuple[dict[str, Any], RunConfig]] = []
+    valid = [mod for mod in RECOMPUTE_MODULES if with_keys({"recompute": "selective", "recompute_modules": [mod]})]
+    minimal: list[set[str]] = []
+    for size in range(1, len(valid) + 1):
+        for combo in itertools.combinations(valid, size):
+            if any(m_ <= set(combo) for m_ in minimal):
+                continue
+            keys = {"recompute": "selective", "recompute_modules": list(combo)}
+            run = with_keys(keys)
+            if run is not None and project_memory(run, trees="none").fits:
+                minimal.append(set(combo))
+                fitting.append((keys, run))
+    per_rank = max(1, -(-base.model.num_layers // base.training.pp))
+    for n in [*range(1, per_rank), None]:
+        keys = {"recompute": "full"} if n is None else {"recompute": "full", "recompute_num_layers": n}
+        run = with_keys(keys)
+        if run is not None and project_memory(run, trees="none").fits:
+            fitting.append((keys, run))
+            break
+    if not fitting:
+        return []
+    keys, _ = max(fitting, key=lambda kr: project(kr[1], fast_schedules=True, memory_tree=False).tokens_per_s_per_gpu)
+    data["training"].update(keys)
+    shown = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in keys.items())
+    return [f"{shown} ({RECOMPUTE_GUESS} of {len(fitting)} candidates: without it the run needs "
+            f"{base_mem.peak_bytes / GIB:.1f} of {base_mem.cap_bytes / GIB:.1f} GiB)"]
 
 
 def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunConfig | None, list[str], str | None]:
@@ -271,7 +297,8 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
             if k in row:
                 assumed.append(k)
             continue
-        training[k] = v
+        # a list-valued key in one cell: "moe_act+layernorm", "[moe_act, layernorm]" or space-separated
+        training[k] = [x for x in re.split(r"[\s,+\[\]]+", v) if x] if k in LIST_KEYS else v
     ng = (row.get("num_gpus") or "").strip()
     if not ng:
         return None, assumed, "num_gpus is not published"
