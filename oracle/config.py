@@ -78,6 +78,11 @@ class TrainingConfig:
     """Main-gradient buffer and its data-parallel reduction in fp32 (4 B) instead of bf16 (2 B).
     Megatron-LM forces true for bf16 training; the NeMo / Megatron-Bridge / Primus performance
     recipes reduce in bf16 (NeMo 1.x distributed fused Adam, Megatron-Bridge perf scripts)."""
+    fp8_param_gather: bool = False
+    """Megatron ``--fp8-param-gather``: FP8 GEMMs keep their weights as FP8 tensors (row- and column-wise
+    data, 1 B each) instead of a BF16 copy plus an FP8 cache, and the distributed optimizer all-gathers
+    FP8 (Megatron-Bridge's MXFP8 performance recipes turn it on). Needs precision fp8 and the
+    distributed optimizer."""
     sequence_parallel: bool | Literal["auto"] = "auto"
     """Megatron sequence parallelism; auto = on when tp > 1."""
     moe_a2a_backend: Literal["alltoall", "deepep"] = "alltoall"

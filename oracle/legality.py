@@ -124,6 +124,13 @@ def check(run: RunConfig) -> list[str]:
                  f"{hw.name!r} has {', '.join(sorted(hw.peak_flops_per_s))} (use bf16 or fp8)")
     if t.fp8_activations and t.precision != "fp8":
         p.append("fp8_activations=true needs precision=fp8")
+    if t.fp8_param_gather:
+        if t.precision != "fp8":
+            p.append(f"fp8_param_gather=true needs precision=fp8 (FP8 weights), got precision={t.precision}")
+        if t.fsdp or not t.use_distributed_optimizer:
+            p.append("fp8_param_gather=true needs the distributed optimizer (use_distributed_optimizer=true, "
+                     f"fsdp=false), got use_distributed_optimizer={str(t.use_distributed_optimizer).lower()}, "
+                     f"fsdp={str(t.fsdp).lower()}")
     if t.moe_a2a_backend == "deepep" and not m.is_moe:
         p.append(f"moe_a2a_backend=deepep needs a MoE model; {m.name} is dense")
     if t.moe_sync_free:

@@ -249,6 +249,10 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
             per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
             per += grad_bytes if assumptions.fsdp_unsharded_grad else 0
             other.append(("fsdp_unsharded_units", largest_unit * per))
+        elif t.precision == "fp8" and t.fp8_param_gather:
+            # FP8 parameters: the row-wise FP8 data replaces the BF16 weight (params below), the
+            # column-wise copy stays (Megatron --fp8-param-gather with Transformer Engine FP8 tensors)
+            other.append(("fp8_weight_cache", 1 * gemm))
         elif t.precision == "fp8" and assumptions.fp8_weight_cache:
             other.append(("fp8_weight_cache", 2 * gemm))  # row-wise + column-wise FP8 copies, 1 B each
         elif t.precision == "nvfp4" and assumptions.fp8_weight_cache:
@@ -264,7 +268,8 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         o_dense = p_dense / d_dense if opt_sharded else p_dense
         o_exp = p_exp / d_exp if opt_sharded else p_exp
         stages.append(StageMemory(
-            rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp), grads_bytes=grad_bytes * (w_dense + w_exp),
+            rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp) - (gemm if t.fp8_param_gather else 0.0),
+            grads_bytes=grad_bytes * (w_dense + w_exp),
             optimizer_bytes=BYTES_OPTIMIZER * (o_dense + o_exp), activations_bytes=f * layer_act + edge_act,
             other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=tuple(other)))
     if trees != "none":

@@ -270,8 +270,11 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
                                   algorithm=ge.algorithm if ge else ""))
         extra_exposed += g_exp + ge_exp
         if t.use_distributed_optimizer:
-            pg = comm.cost("all_gather", L.group("dp_cp"), BF16 * dense_p) if dp_cp > 1 and dense_p else None
-            pge = comm.cost("all_gather", L.group("edp"), BF16 * expert_p) if L.edp > 1 and expert_p else None
+            # fp8_param_gather: FP8 weights gathered at 1 B (embedding/head/norms stay BF16: < 1% of a
+            # large model's parameters, counted at 1 B too)
+            pw = 1 if t.fp8_param_gather else BF16
+            pg = comm.cost("all_gather", L.group("dp_cp"), pw * dense_p) if dp_cp > 1 and dense_p else None
+            pge = comm.cost("all_gather", L.group("edp"), pw * expert_p) if L.edp > 1 and expert_p else None
             pg_t = (pg.time_s if pg else 0.0) + (pge.time_s if pge else 0.0)
             pg_exp = max(0.0, pg_t - first_mb_fwd) if t.overlap_param_gather else pg_t
             terms.append(CommTerm(kind="dp_param_gather", total_s=pg_t, exposed_s=pg_exp,

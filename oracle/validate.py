@@ -24,7 +24,7 @@ MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", 
 INFO_COLUMNS = ("group", "source", "quality", "notes")
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
 LIST_KEYS = ("recompute_modules",)
-RECOMPUTE_GUESS = "the fastest recompute that fits"
+RECOMPUTE_GUESS = "the fastest memory setting that fits"
 """Marks the ``assumed`` note of a row whose unpublished recompute validate chose (see
 _assume_least_recompute); benchmarks/calibrate.py does not fit on such rows."""
 
@@ -230,13 +230,15 @@ def _assume_cross_domain_dispatcher(data: dict[str, Any], row: dict[str, str]) -
 
 
 def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[str]:
-    """A row that states no recompute and does not fit in memory without it must have run with some:
-    the published run trained, so it fit. Take the recompute that fits at the least cost, as a tuned
-    recipe would: the candidates are Megatron's module recompute (every minimal set of
-    ``recompute_modules`` the model has that fits; a superset of a fitting set only costs more) and
-    full recompute of the fewest layers per pipeline rank that fits (Megatron's 'block' method); of
-    those that fit, the fastest projection wins. Set it in ``data`` and return the ``assumed`` note;
-    [] when the row fits as it is or nothing fits (the projection then says ``fits: false``).
+    """A row that states no recompute and does not fit in memory without it must have run with some
+    memory setting the table does not print: the published run trained, so it fit. Take the setting
+    that fits at the least cost, as a tuned recipe would. Candidates: FP8 parameters
+    (``fp8_param_gather``, Megatron-Bridge's MXFP8 recipes; FP8 rows with the distributed optimizer
+    only), alone or with recompute; Megatron's module recompute (every minimal set of
+    ``recompute_modules`` the model has that fits; a superset of a fitting set only costs more); full
+    recompute of the fewest layers per pipeline rank that fits (Megatron's 'block' method). Of those
+    that fit, the fastest projection wins. Set it in ``data`` and return the ``assumed`` note; [] when
+    the row fits as it is or nothing fits (the projection then says ``fits: false``).
     docs/accuracy.md "Unstated recompute"."""
     import itertools
 
@@ -251,36 +253,47 @@ def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[s
         except PrimusError:
             return None  # a module this model does not have, a layer count this layout cannot recompute
 
+    def fits(run: RunConfig | None) -> bool:
+        return run is not None and project_memory(run, trees="none").fits
+
     base = with_keys({})
     if base is None:
         return []  # the checked parse reports it
     base_mem = project_memory(base, trees="none")
     if base_mem.fits:
         return []
+    stated = {k for k, v in data["training"].items() if v not in (None, "")}
+    memory_opts: list[dict[str, Any]] = [{}]
+    if "fp8_param_gather" not in stated and with_keys({"fp8_param_gather": True}) is not None:
+        memory_opts.append({"fp8_param_gather": True})
     fitting: list[tuple[dict[str, Any], RunConfig]] = []
     valid = [mod for mod in RECOMPUTE_MODULES if with_keys({"recompute": "selective", "recompute_modules": [mod]})]
-    minimal: list[set[str]] = []
-    for size in range(1, len(valid) + 1):
-        for combo in itertools.combinations(valid, size):
-            if any(m_ <= set(combo) for m_ in minimal):
-                continue
-            keys = {"recompute": "selective", "recompute_modules": list(combo)}
-            run = with_keys(keys)
-            if run is not None and project_memory(run, trees="none").fits:
-                minimal.append(set(combo))
-                fitting.append((keys, run))
     per_rank = max(1, -(-base.model.num_layers // base.training.pp))
-    for n in [*range(1, per_rank), None]:
-        keys = {"recompute": "full"} if n is None else {"recompute": "full", "recompute_num_layers": n}
-        run = with_keys(keys)
-        if run is not None and project_memory(run, trees="none").fits:
-            fitting.append((keys, run))
-            break
+    for opt in memory_opts:
+        if opt and fits(with_keys(opt)):
+            fitting.append((opt, with_keys(opt)))
+            continue  # recompute on top of it only costs more
+        minimal: list[set[str]] = []
+        for size in range(1, len(valid) + 1):
+            for combo in itertools.combinations(valid, size):
+                if any(m_ <= set(combo) for m_ in minimal):
+                    continue
+                keys = {**opt, "recompute": "selective", "recompute_modules": list(combo)}
+                run = with_keys(keys)
+                if fits(run):
+                    minimal.append(set(combo))
+                    fitting.append((keys, run))
+        for n in [*range(1, per_rank), None]:
+            keys = {**opt, "recompute": "full", **({} if n is None else {"recompute_num_layers": n})}
+            run = with_keys(keys)
+            if fits(run):
+                fitting.append((keys, run))
+                break
     if not fitting:
         return []
     keys, _ = max(fitting, key=lambda kr: project(kr[1], fast_schedules=True, memory_tree=False).tokens_per_s_per_gpu)
     data["training"].update(keys)
-    shown = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in keys.items())
+    shown = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else str(v).lower()}" for k, v in keys.items())
     return [f"{shown} ({RECOMPUTE_GUESS} of {len(fitting)} candidates: without it the run needs "
             f"{base_mem.peak_bytes / GIB:.1f} of {base_mem.cap_bytes / GIB:.1f} GiB)"]
 

@@ -184,6 +184,9 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     done.add("grad_reduce_in_fp32")
     if not t.grad_reduce_in_fp32:
         put("grad_reduce_in_bf16", True)
+    done.add("fp8_param_gather")
+    if t.fp8_param_gather:
+        put("fp8_param_gather", True)
     if t.tp_overlap:
         put("tp_comm_overlap", True)
     elif primus:
@@ -229,6 +232,10 @@ def _torchtitan(run: RunConfig) -> Export:
     elif t.fsdp and not t.use_distributed_optimizer:
         unsup.append(("use_distributed_optimizer", False, "TorchTitan's FSDP2 shards the optimizer state anyway"))
     done.add("use_distributed_optimizer")
+    done.add("fp8_param_gather")
+    if t.fp8_param_gather:
+        unsup.append(("fp8_param_gather", True, "TorchTitan gathers FP8 weights only under FSDP2 "
+                                                "(float8 enable_fsdp_float8_all_gather), not with a replicated DP"))
     opt.append(("parallelism.tensor_parallel_degree", t.tp))
     opt.append(("parallelism.pipeline_parallel_degree", t.pp))
     opt.append(("parallelism.context_parallel_degree", t.cp))

@@ -255,3 +255,27 @@ def test_projection_is_fast():
         project_memory(run)
     per_call = (time.perf_counter() - t0) / n
     assert per_call < 2e-3  # aim: < 0.3 ms on a dev box; loose bound for loaded CI machines
+
+
+def test_fp8_param_gather_keeps_fp8_weights_instead_of_a_bf16_copy_and_a_cache():
+    """--fp8-param-gather: each FP8 GEMM weight is 2 B (row- and column-wise FP8) instead of 4 B (BF16
+    copy + both FP8 copies); nothing else changes; the distributed optimizer gathers 1 B per param."""
+    from oracle.errors import InvalidConfigError
+    from oracle.memory import project_memory
+    from oracle.projector import project
+    spec = {"model": "llama3-70b", "cluster": {"hardware": "h100-sxm", "num_gpus": 64},
+            "training": {"seq_len": 8192, "gbs": 128, "tp": 4, "pp": 4, "precision": "fp8"}}
+    on = {**spec, "training": {**spec["training"], "fp8_param_gather": True}}
+    a, b = (project_memory(RunConfig.from_dict(s), trees="none") for s in (spec, on))
+    for sa, sb in zip(a.stages, b.stages):
+        cache = dict(sa.other_breakdown)["fp8_weight_cache"]  # 2 B per GEMM param on this rank
+        assert dict(sb.other_breakdown)["fp8_weight_cache"] == pytest.approx(cache / 2)
+        assert sa.params_bytes - sb.params_bytes == pytest.approx(cache / 2)
+        assert sb.activations_bytes == sa.activations_bytes and sb.optimizer_bytes == sa.optimizer_bytes
+    gather = [next(c for c in project(RunConfig.from_dict(s)).breakdown.comm if c.kind == "dp_param_gather")
+              for s in (spec, on)]
+    assert gather[1].total_s < gather[0].total_s
+    for bad, why in (({"precision": "bf16"}, "needs precision=fp8"),
+                     ({"use_distributed_optimizer": False}, "needs the distributed optimizer")):
+        with pytest.raises(InvalidConfigError, match=why):
+            RunConfig.from_dict({**on, "training": {**on["training"], **bad}})

@@ -183,7 +183,7 @@ def test_unstated_recompute_is_the_fastest_that_fits():
            "gbs": "128", "mbs": "2", "tp": "4", "pp": "4", "precision": "bf16"}
     run, assumed, skip = row_to_run(big)
     assert skip is None and project_memory(run, trees="none").fits
-    note = [a for a in assumed if "fastest recompute that fits" in a]
+    note = [a for a in assumed if "fastest memory setting that fits" in a]
     assert len(note) == 1 and run.training.recompute != "none"
     chosen = project(run).tokens_per_s_per_gpu
     for alt in ({"recompute": "full"}, {"recompute": "selective", "recompute_modules": "mlp+core_attn"}):
@@ -191,10 +191,10 @@ def test_unstated_recompute_is_the_fastest_that_fits():
         p = project(other)
         assert not p.fits or p.tokens_per_s_per_gpu <= chosen * (1 + 1e-9)
     stated, assumed2, _ = row_to_run(dict(big, recompute="none"))
-    assert stated.training.recompute == "none" and not any("recompute that fits" in a for a in assumed2)
+    assert stated.training.recompute == "none" and not any("memory setting that fits" in a for a in assumed2)
     small = dict(big, model="llama3-8b", mbs="1", tp="1")
     r3, assumed3, _ = row_to_run(small)
-    assert r3.training.recompute == "none" and not any("recompute that fits" in a for a in assumed3)
+    assert r3.training.recompute == "none" and not any("memory setting that fits" in a for a in assumed3)
 
 
 def test_a_published_without_mtp_variant_drops_the_mtp_layers():
