@@ -14,10 +14,11 @@ into the profile YAML with a source line naming this script, the CSV and the row
 
 `--joint CSV [CSV ...]` is the per-GPU-generation fit (docs/kernel-model.md): every family in
 GENERATIONS (Hopper, Blackwell, Blackwell Ultra, CDNA3, CDNA4) is fitted jointly over the newest release of
-each configuration in ALL the CSVs given (quality A/B, rows whose assumed defaults fit in memory): one
-multiplier on the GEMM efficiencies, one on attention (when its rows span >= 4x in sequence length), the
-host issue time per framework op ``host_op_s`` (when it has MoE rows) and an NVFP4 multiplier (when it has
-NVFP4 rows). It then reports leave-one-model-out and leave-one-part-out errors (each model / part
+each configuration in ALL the CSVs given (quality A/B, rows whose assumed defaults fit in memory and
+whose memory settings validate did not have to guess), in one MAP fit: per generation one multiplier on
+the GEMM efficiencies, one on attention (when its rows have more than one sequence length) and an NVFP4
+multiplier (when it has NVFP4 rows); per vendor stack (HOST_GROUPS) one multiplier on the host issue
+time per framework op ``host_op_s`` (when the stack has >= 3 MoE rows). It then reports leave-one-model-out and leave-one-part-out errors (each model / part
 projected by a fit that never saw it) and, with ``--write``, puts the values into the profile YAMLs with a
 source line naming this script, the files and the rows.
 
@@ -90,9 +91,9 @@ def _fit_run(row: dict, base: Path | None = None, adjust=None, quiet: bool = Fal
             print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
         return None
     guessed = [a for a in assumed if RECOMPUTE_GUESS in a]
-    if guessed:  # validate projects it with a guessed recompute; the fit learns only from what ran
+    if guessed:  # validate projects it with a guessed memory setting; the fit learns only from what ran
         if not quiet:
-            print(f"   (excluded {row['id']}: does not fit without its unpublished recompute ({guessed[0]}))")
+            print(f"   (excluded {row['id']}: does not fit without an unpublished memory setting ({guessed[0]}))")
         return None
     return run
 

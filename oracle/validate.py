@@ -25,7 +25,7 @@ INFO_COLUMNS = ("group", "source", "quality", "notes")
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
 LIST_KEYS = ("recompute_modules",)
 RECOMPUTE_GUESS = "the fastest memory setting that fits"
-"""Marks the ``assumed`` note of a row whose unpublished recompute validate chose (see
+"""Marks the ``assumed`` note of a row whose unpublished memory setting validate chose (see
 _assume_least_recompute); benchmarks/calibrate.py does not fit on such rows."""
 
 
@@ -202,14 +202,14 @@ def _published_variant(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     if not card.mtp_layers:
         return []
     data["model"] = {**card.to_dict(), "mtp_layers": 0, "name": f"{card.name}-no-mtp"}
-    return [f"mtp_layers=0 (the row's notes: variant=w/o MTP)"]
+    return ["mtp_layers=0 (the row's notes: variant=w/o MTP)"]
 
 
 def _assume_cross_domain_dispatcher(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     """A MoE row that states no dispatcher and whose expert-parallel group leaves the scale-up domain ran
     the flex dispatcher (DeepEP: one RDMA copy per destination node, forwarded over NVLink). Physics,
     not taste: NCCL all-to-all sends every top-k copy over the NIC, and on such rows that alone takes
-    longer than the published iteration (docs/accuracy.md "Unstated dispatcher"). Inside one domain
+    longer than the published iteration (docs/accuracy.md, "Unstated dispatcher across domains"). Inside one domain
     the row keeps the NCCL default."""
     from oracle.comm.topology import Topology
     from oracle.layout import Layout
@@ -239,7 +239,7 @@ def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[s
     recompute of the fewest layers per pipeline rank that fits (Megatron's 'block' method). Of those
     that fit, the fastest projection wins. Set it in ``data`` and return the ``assumed`` note; [] when
     the row fits as it is or nothing fits (the projection then says ``fits: false``).
-    docs/accuracy.md "Unstated recompute"."""
+    docs/accuracy.md, "Unstated memory settings"."""
     import itertools
 
     from oracle.memory import project_memory
