@@ -15,9 +15,9 @@ improved for ``patience`` trials.
   baseline, e.g. folding TP and PP into data parallelism once FSDP or recompute frees the memory they
   were there for). Every distinct (tp, cp, pp, ep, etp) layout of the space is set on the incumbent,
   with its VPP/schedule/micro-batch repaired and with each memory-freeing variant (recompute, FSDP)
-  the space allows (every legal schedule/VPP pair too); a variant is kept only when the driver's
-  free memory probe (``SearchContext.memory_only``, the pre-filter's estimate, no trial spent) says it
-  fits. ``layout_jumps`` layouts are tried, alternately the next by the ledger's surrogate (plus the
+  the space allows (every legal schedule/VPP pair and every larger micro-batch too); a variant is kept
+  only when the driver's free memory probe (``SearchContext.memory_only``, the pre-filter's estimate, no
+  trial spent) says it fits. ``layout_jumps`` layouts are tried, alternately the next by the ledger's surrogate (plus the
   novelty bonus, so untried values are not ranked at zero) and the next by least model parallelism
   (tp * cp * pp) among variants with no more recompute than the incumbent, each with its first
   fitting variant in that order; then the round goes on polishing. Without a driver context (no memory probe), or with less than twice
@@ -26,7 +26,8 @@ improved for ``patience`` trials.
   every single-axis move from it (adjacent values of numeric axes, all values of categorical
   ones, with the schedule/VPP and micro-batch repaired when a move breaks legality) and pairs of
   the most promising ones, ranked by a small ridge model of log throughput and log memory over
-  the ledger (one-hot + log2 features), with a bonus for axis values never tried.
+  the ledger (one-hot + log2 features; rows weighted by closeness to the incumbent, ``locality`` per
+  axis that differs, so an effect measured far away counts less), with a bonus for values never tried.
   A PP or MBS move re-opens the schedule/VPP choice (every legal pair is a neighbour), and with a
   driver context the best-ranked candidate that the memory probe says fits is taken.
   It re-ranks after every observation.
@@ -110,8 +111,8 @@ class RoundControl:
 class Surrogate:
     """Ridge regression of log throughput and log memory on one-hot + log2 features of the axes."""
 
-    def __init__(self, space: SearchSpace, *, ridge: float = 1.0) -> None:
-        self.space, self.ridge = space, ridge
+    def __init__(self, space: SearchSpace, *, ridge: float = 1.0, locality: float = 1.0) -> None:
+        self.space, self.ridge, self.locality = space, ridge, locality
         self.cols: list[tuple[str, Any]] = []
         for a in space.axes:
             for v in space.values[a]:
@@ -131,18 +132,28 @@ class Surrogate:
         return x
 
     @staticmethod
-    def _fit(X: np.ndarray, y: np.ndarray, ridge: float) -> tuple[float, np.ndarray]:
-        mu = float(y.mean())
-        xm = X.mean(axis=0)
+    def _fit(X: np.ndarray, y: np.ndarray, ridge: float,
+             weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        wt = np.ones(len(y)) if weights is None else weights
+        mu = float(wt @ y / wt.sum())
+        xm = wt @ X / wt.sum()
         Xc = X - xm
-        w = np.linalg.solve(Xc.T @ Xc + ridge * np.eye(X.shape[1]), Xc.T @ (y - mu))
+        w = np.linalg.solve(Xc.T @ (wt[:, None] * Xc) + ridge * np.eye(X.shape[1]), Xc.T @ (wt * (y - mu)))
         return mu - float(xm @ w), w
 
-    def fit(self, history: History) -> "Surrogate":
+    def fit(self, history: History, center: Mapping[str, Any] | None = None) -> "Surrogate":
+        """Fit on the ledger; with ``center``, throughput rows are weighted by their closeness to it
+        (``locality`` ** axes that differ): an axis effect measured only far from ``center`` (a number
+        format at another micro-batch size, recompute on another layout) is weak evidence there, so the
+        ridge shrinks it towards neutral instead of carrying it over unchanged."""
         ok = history.ok()
         mem = [e for e in history.entries if e.result.peak_bytes]
+        weights = None
+        if center is not None and self.locality < 1.0:
+            weights = np.array([self.locality ** sum(1 for a in self.space.axes if e.point.get(a) != center.get(a))
+                                for e in ok])
         self.tp_model = self._fit(np.array([self.features(e.point) for e in ok]),
-                                  np.log([e.result.value for e in ok]), self.ridge) if len(ok) >= 2 else None
+                                  np.log([e.result.value for e in ok]), self.ridge, weights) if len(ok) >= 2 else None
         self.mem_model = self._fit(np.array([self.features(e.point) for e in mem]),
                                    np.log([e.result.peak_bytes for e in mem]), self.ridge) if len(mem) >= 2 else None
         caps = [e.result.cap_bytes for e in mem if e.result.cap_bytes]
@@ -174,9 +185,12 @@ class CrossAxisProposer:
 
     def __init__(self, space: SearchSpace, history: History, *, rounds: int = 4, per_round: int = 25,
                  patience: int = 5, top_moves: int = 6, novelty_bonus: float = 0.03,
-                 memory_margin: float = 0.0, layout_jumps: int = 4, context: Any = None) -> None:
+                 memory_margin: float = 0.0, layout_jumps: int = 4, locality: float = 0.7,
+                 context: Any = None) -> None:
         self.space, self.history = space, history
         self.layout_jumps = layout_jumps
+        self.locality = locality
+        """Surrogate row weight per axis that differs from the point ranked around (:meth:`Surrogate.fit`)."""
         self.context = context
         """The driver's SearchContext (free memory probes), or None."""
         self.control = RoundControl(rounds=rounds, per_round=per_round, patience=patience)
@@ -365,18 +379,23 @@ class CrossAxisProposer:
         idx = [self.space.axes.index(a) for a in axes]
         layouts = sorted({tuple(p[i] for i in idx) for p in self.space.points})
         here = tuple(inc.point[a] for a in axes)
-        model = Surrogate(self.space).fit(self.history)
+        model = Surrogate(self.space, locality=self.locality).fit(self.history, center=inc.point)
         savers = [(a, v) for a, v in _MEMORY_FREEING if a in self.space.axes and v in self.space.values[a]]
         variants: list[dict[str, Any]] = [{}] + [{a: v} for a, v in savers] + [
             {a: v, b: w} for (a, v), (b, w) in itertools.combinations(savers, 2) if a != b]
+        # a layout that frees memory may admit a larger micro-batch, whose gain depends on the layout (the
+        # expert GEMMs grow with it): each larger micro-batch of the space is a variant too, ranked with the rest
+        larger_mbs: list[dict[str, Any]] = [{}]
+        if "mbs" in self.space.axes:
+            larger_mbs += [{"mbs": m} for m in self.space.values["mbs"] if m > inc.point["mbs"]]
         per_layout: list[list[tuple[float, str, Candidate]]] = []
         for lay in layouts:
             if lay == here:
                 continue
             moved = {**inc.point, **dict(zip(axes, lay))}
             options: list[tuple[float, str, Candidate]] = []
-            for extra in variants:
-                point = {**moved, **extra}
+            for extra, mb in itertools.product(variants, larger_mbs):
+                point = {**moved, **extra, **mb}
                 if extra.get("fsdp"):
                     point["use_distributed_optimizer"] = False
                 for p in self._repairs(point)[:4] + self._schedules(point):
@@ -454,7 +473,7 @@ class CrossAxisProposer:
         ranked = sorted(self.history.ok(), key=lambda e: -e.result.value)  # type: ignore[operator]
         if not ranked:
             return None
-        model = Surrogate(self.space).fit(self.history)
+        model = Surrogate(self.space, locality=self.locality).fit(self.history, center=ranked[0].point)
         for inc in ranked:
             c = self._polish_around(inc, model)
             if c is not None:

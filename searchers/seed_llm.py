@@ -3,11 +3,12 @@
 Phase 1 emits the seed plan (:mod:`searchers.seed`). With a driver context it asks the free memory
 probe (``SearchContext.memory_only``, the pre-filter's own estimate, as the paper's agent does) before
 each seed move and skips one that would not fit, taking the next one instead (the baseline itself is
-always tried), so a memory wall does not spend the seed budget on rejections; when the baseline does
-not fit and the plan is used up, the unspent seed moves are planned around the best fitting point
-found (:meth:`SeedThenPropose._reanchor`). Phase 2 hands the shared history to the LLM
-proposer (:mod:`searchers.llm`) when an ``llm`` block is configured, else to the deterministic
-cross-axis proposer (:mod:`searchers.crossaxis`). :attr:`SeedThenPropose.proposer` always says
+always tried), so a memory wall does not spend the seed budget on rejections. The number-format moves
+are measured last, on the best seed point so far (a format's gain depends on the GEMM share of the
+step, which the other moves change). When the baseline does not fit and the plan is used up, the
+unspent seed moves are planned around the best fitting point found (:meth:`SeedThenPropose._reanchor`).
+Phase 2 hands the shared history to the LLM proposer (:mod:`searchers.llm`) when an ``llm`` block is
+configured, else to the deterministic cross-axis proposer (:mod:`searchers.crossaxis`). :attr:`SeedThenPropose.proposer` always says
 which one ran (and whether the LLM fell back to the offline proposer).
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from searchers.base import Candidate, SearchContext, Searcher, TrialResult, register
 from searchers.crossaxis import CrossAxisProposer
-from searchers.history import History
+from searchers.history import History, diff
 from searchers.seed import seed_plan
 from searchers.space import SearchSpace
 
@@ -38,7 +39,9 @@ class SeedThenPropose(Searcher):
                  extra_guidance: str = "") -> None:
         super().__init__(space, seed=seed)
         self.history = History(space)
-        self._seed = seed_plan(space, max_candidates=10 * max_seed)
+        self._seed: list[Candidate] = []
+        self._deferred: list[Candidate] = []
+        self._plan(seed_plan(space, max_candidates=10 * max_seed))
         self._max_seed = max_seed
         self._seed_emitted = 0
         self._reanchored = False
@@ -77,8 +80,13 @@ class SeedThenPropose(Searcher):
     def suggest(self) -> Candidate | None:
         if not self._seed and self._seed_emitted < self._max_seed and not self._reanchored:
             self._reanchor()
-        while self._seed and self._seed_emitted < self._max_seed:
-            c = self._seed.pop(0)
+        while (self._seed or self._deferred) and self._seed_emitted < self._max_seed:
+            if self._seed and self._seed_emitted < self._max_seed - len(self._deferred):
+                c = self._seed.pop(0)
+            else:
+                c = self._on_best(self._deferred.pop(0))
+                if c is None:
+                    continue
             if self.history.knows(c.meta.get("key", "")):
                 continue
             if c.note != "baseline" and not self._fits(c):
@@ -93,6 +101,28 @@ class SeedThenPropose(Searcher):
             self._proposer = self._make_proposer()
         return self._proposer.suggest()
 
+    def _plan(self, plan: list[Candidate]) -> None:
+        """Split a seed plan: number-format moves are measured last, on the best point of the seed phase
+        (:meth:`_on_best`); the other moves keep their order."""
+        self._seed = [c for c in plan if set(c.meta.get("move", {})) != {"precision"}]
+        self._deferred = [c for c in plan if set(c.meta.get("move", {})) == {"precision"}]
+
+    def _on_best(self, c: Candidate) -> Candidate | None:
+        """A format move laid over the best point measured so far: a lower-precision GEMM pays off in
+        proportion to the GEMM share of the step, which the first-order moves (micro-batch size,
+        dispatcher, schedule) change, so at the baseline it can measure as a loss where it wins on
+        the better point (None when that point is not legal)."""
+        best = self.history.best()
+        if best is None:
+            return c
+        run, problems = self.space.validate({**best.point, **c.meta["move"]})
+        if run is None or problems:
+            return None
+        values = self.space.point_of(run)
+        on = ", ".join(f"{k}={v}" for k, v in diff(values, c.values).items())
+        return dataclasses.replace(c, values=values, note=f"{c.note} (on {on})" if on else c.note,
+                                   meta={**c.meta, "key": run.key()})
+
     def _reanchor(self) -> bool:
         """Behind a memory wall (the baseline does not fit), plan the unspent seed moves around the best
         fitting point found so far instead; once per search. True when there is a new plan."""
@@ -101,10 +131,10 @@ class SeedThenPropose(Searcher):
         best = self.history.best()
         if (base is not None and base.result.value is not None) or best is None:
             return False
-        self._seed = [dataclasses.replace(c, note=f"{c.note} (around {best.candidate.note})")
-                      for c in seed_plan(self.space, max_candidates=10 * self._max_seed, anchor=best.point)
-                      if c.note != "anchor"]
-        return bool(self._seed)
+        self._plan([dataclasses.replace(c, note=f"{c.note} (around {best.candidate.note})")
+                    for c in seed_plan(self.space, max_candidates=10 * self._max_seed, anchor=best.point)
+                    if c.note != "anchor"])
+        return bool(self._seed or self._deferred)
 
     def _fits(self, c: Candidate) -> bool:
         """The memory probe's verdict (True without a context, or when the probe itself fails)."""

@@ -54,3 +54,23 @@ def test_a_plan_around_another_anchor_labels_moves_relative_to_it():
     for c in plan[1:]:
         changed = {k for k, v in c.values.items() if anchor[k] != v}
         assert changed == set(c.meta["move"]) and exp.space.contains(c.values)
+
+
+def test_seed_llm_measures_number_formats_last_on_the_best_seed_point(tiny, tmp_path):
+    # a format's gain depends on the GEMM share of the step (micro-batch, dispatcher, schedule), so seed_llm
+    # lays the format moves over the best seed point found so far instead of the baseline
+    import json
+
+    from searchers.driver import run_search
+    from searchers.ledger import read_rows
+    from searchers.testing import SyntheticEvaluator
+    path = tmp_path / "ledger.parquet"
+    run_search(tiny, "seed_llm", 12, 0, ledger_path=path, evaluator=SyntheticEvaluator())
+    rows = [r for r in read_rows(path) if r["phase"] == "seed" and r["trial_index"] >= 0]
+    base = tiny.baseline.training.precision
+    fmt = [i for i, r in enumerate(rows) if json.loads(r["config"])["precision"] != base]
+    assert fmt and fmt == list(range(len(rows) - len(fmt), len(rows)))   # the seed phase's last trials
+    first = fmt[0]
+    best = max((r for r in rows[:first] if r["tokens_per_s_per_gpu"]), key=lambda r: r["tokens_per_s_per_gpu"])
+    laid = {k: v for k, v in json.loads(rows[first]["config"]).items() if k != "precision"}
+    assert laid == {k: v for k, v in json.loads(best["config"]).items() if k != "precision"}
