@@ -2,8 +2,10 @@
 optimizer state, saved activations x in-flight micro-batches, and transient buffers, per pipeline rank.
 
 The per-module shapes live in :mod:`oracle.activations` (saved tensors: the op graph's,
-:mod:`oracle.opgraph`); this module assigns them to pipeline ranks, applies the byte costs and sharding, and the schedule's in-flight micro-batch count. The worst rank
-decides ``fits`` against ``Cluster.memory_cap_bytes`` (HBM - reserve, less ``cluster.memory_margin``). See docs/memory.md for the derivations.
+:mod:`oracle.opgraph`); this module assigns them to pipeline ranks, applies the byte costs and
+sharding, and the schedule's in-flight micro-batch count. The worst rank decides ``fits`` against
+``Cluster.memory_cap_bytes`` (HBM - reserve, less ``cluster.memory_margin``). See docs/memory.md for
+the derivations.
 """
 from __future__ import annotations
 
