@@ -1,7 +1,7 @@
 """The LLM proposer on the search suite, with a real model on an OpenAI-compatible endpoint (issue 14).
 
     python benchmarks/bench_llm_suite.py --api-base http://127.0.0.1:8765/v1 --model openai/qwen0.5b \
-        [--experiments NAME ...] [--budget 30] [--seed 0] [--timeout-s 600] [--json OUT.json]
+        [--experiments NAME ...] [--budget 30] [--seed 0] [--max-iters 8] [--timeout-s 600] [--json OUT.json]
 
 For every suite experiment (searchers.suite.SUITE, or the named ones) it runs ``seed_llm`` twice on the
 same budget and seed, with the LLM proposer and with the offline cross-axis proposer, and prints per
@@ -53,10 +53,13 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=int, default=600)
     ap.add_argument("--max-tokens", type=int, default=1000)
     ap.add_argument("--prompt-tokens", type=int, default=3000)
+    ap.add_argument("--max-iters", type=int, default=8, help="ReAct tool steps per round (the product's default "
+                    "is 40; a small local model at ~30 s a call needs fewer to finish a suite in an hour)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
     block: dict[str, Any] = {"model": args.model, "api_base": args.api_base, "timeout_s": args.timeout_s,
-                             "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens}
+                             "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
+                             "max_iters": args.max_iters}
     if args.api_key_env:
         block["api_key_env"] = args.api_key_env
     settings = LLMSettings.from_dict(block)
@@ -89,9 +92,10 @@ def main() -> int:
               f"calls {calls} (planner {row['planner_calls']}, executor {row['executor_calls']})  tokens "
               f"{p_tok:,}+{c_tok:,}  malformed {row['malformed']} timeouts {row['timeouts']} "
               f"errors {row['endpoint_errors']}  wall {wall:.0f} s (offline {offline.wall_s:.1f} s)", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "budget": args.budget, "seed": args.seed,
-                                               "experiments": rows}, indent=1, default=str))
+        if args.json:  # after every experiment: a long run stopped early keeps what finished
+            Path(args.json).write_text(json.dumps({"model": args.model, "budget": args.budget, "seed": args.seed,
+                                                   "max_iters": args.max_iters, "experiments": rows}, indent=1,
+                                                  default=str))
     return 0
 
 
