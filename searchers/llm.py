@@ -456,8 +456,11 @@ class LLMProposer:
         """The offline cross-axis proposer finishes the budget (given rounds enough to spend it)."""
         self.label = f"{self.base_label} -> cross-axis (offline) fallback"
         self._event("llm_fallback", why)
+        # with the search context, as the offline proposer has it: its free memory probes and layout
+        # jumps need it (without it the fallback searched blind: Llama 3.1 70B suite regret 12.7% vs 0.0%)
         self._fallback = CrossAxisProposer(self.space, self.history, rounds=max(1, self._budget_left()),
-                                           per_round=self.control.per_round, patience=self.control.patience)
+                                           per_round=self.control.per_round, patience=self.control.patience,
+                                           context=self.context)
 
     def _end_round(self) -> None:
         """A round that scored no trial is a failed round, whatever the LLM answered."""

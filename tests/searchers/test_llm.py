@@ -158,3 +158,22 @@ def test_building_the_lm_leaves_the_environment_as_it_was(monkeypatch):
     monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
     LLMSettings(model="openai/test-model", api_base="http://127.0.0.1:9").build_lm()
     assert "LITELLM_LOCAL_MODEL_COST_MAP" not in os.environ
+
+
+def test_the_offline_fallback_keeps_the_search_context(small):
+    """The fallback proposer gets the driver's SearchContext like the offline proposer does (its free
+    memory probes and layout jumps need it)."""
+    from searchers.history import History
+    from searchers.llm import LLMProposer
+
+    class Context:
+        def budget_status(self):
+            return {"remaining": 7}
+
+        def event(self, *_args, **_kw):
+            pass
+
+    ctx = Context()
+    prop = LLMProposer(small.space, History(small.space), lm=object(), context=ctx)
+    prop._switch_to_fallback("test")
+    assert prop._fallback.context is ctx and prop._fallback.control.rounds == 7
