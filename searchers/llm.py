@@ -457,7 +457,7 @@ class LLMProposer:
         self.label = f"{self.base_label} -> cross-axis (offline) fallback"
         self._event("llm_fallback", why)
         # with the search context, as the offline proposer has it: its free memory probes and layout
-        # jumps need it (without it the fallback searched blind: Llama 3.1 70B suite regret 12.7% vs 0.0%)
+        # jumps need it (without it the fallback searched blind: docs/search.md, the LLM proposer on the suite)
         self._fallback = CrossAxisProposer(self.space, self.history, rounds=max(1, self._budget_left()),
                                            per_round=self.control.per_round, patience=self.control.patience,
                                            context=self.context)
