@@ -442,16 +442,15 @@ def write_profiles(fits: dict[str, dict], rows: list[FitRow], paths: list[str]) 
     for gen, fit in fits.items():
         ids = [r.id for r in rows if generation_of(r.part) == gen]
         for part in GENERATIONS[gen]:
-            hw = _at_priors_hw(load_hardware(part))
-            prior = priors(load_hardware(part))
-            eff = _gen_eff(hw, fit["names"], fit["x"])
+            loaded = load_hardware(part)
+            prior = priors(loaded)
+            eff = _gen_eff(_at_priors_hw(loaded), fit["names"], fit["x"])
             path = Path(PROFILE_DIR) / f"{part}.yaml"
             text = path.read_text()
             # a field an earlier fit set but this one does not fit (e.g. host_op_s once its generation has
             # too few MoE rows) goes back to its recorded prior, value and source
-            current = load_hardware(part).efficiency_sources
             back = {k: v for k, (v, _) in prior.items()
-                    if k not in eff and current.get(k, "").startswith(_JOINT_TAG)}
+                    if k not in eff and loaded.efficiency_sources.get(k, "").startswith(_JOINT_TAG)}
             for field_name, value in {**eff, **back}.items():
                 p_val, p_src = prior[field_name]
                 if field_name == "host_op_s" and field_name in eff:  # one multiplier per vendor stack

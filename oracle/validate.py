@@ -262,16 +262,16 @@ def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[s
     base_mem = project_memory(base, trees="none")
     if base_mem.fits:
         return []
-    stated = {k for k, v in data["training"].items() if v not in (None, "")}
-    memory_opts: list[dict[str, Any]] = [{}]
-    if "fp8_param_gather" not in stated and with_keys({"fp8_param_gather": True}) is not None:
+    memory_opts: list[dict[str, Any]] = [{}]  # data["training"] holds only the cells the row states
+    if "fp8_param_gather" not in data["training"] and with_keys({"fp8_param_gather": True}) is not None:
         memory_opts.append({"fp8_param_gather": True})
     fitting: list[tuple[dict[str, Any], RunConfig]] = []
     valid = [mod for mod in RECOMPUTE_MODULES if with_keys({"recompute": "selective", "recompute_modules": [mod]})]
     per_rank = max(1, -(-base.model.num_layers // base.training.pp))
     for opt in memory_opts:
-        if opt and fits(with_keys(opt)):
-            fitting.append((opt, with_keys(opt)))
+        alone = with_keys(opt) if opt else None
+        if fits(alone):
+            fitting.append((opt, alone))
             continue  # recompute on top of it only costs more
         minimal: list[set[str]] = []
         for size in range(1, len(valid) + 1):
