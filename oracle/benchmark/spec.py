@@ -59,6 +59,10 @@ class LayerSpec:
     expert_ffn: int = 0
     shared_ffn: int = 0
     router_bias: bool = False
+    ep_ranks: int = 1
+    """Ranks of the target's EP group the dispatch orders tokens for: with more than one, and more than one
+    expert on this rank, the received chunks are re-sorted by local expert (Megatron-Core's alltoall
+    dispatcher), work a layout without EP does not do."""
     # embedding / output
     vocab: int = 0
     # optimizer
@@ -121,7 +125,8 @@ def layer_spec(card: ModelCard, run: RunConfig, plan: BenchPlan, kind: str, wind
     if kind == "moe":
         mlp.update(experts=plan.experts_per_rank, router_experts=card.num_experts, topk=card.moe_topk,
                    expert_ffn=card.expert_ffn // plan.etp, router_bias=card.router_bias,
-                   shared_ffn=card.shared_ffn // tp if card.num_shared_experts else 0)
+                   shared_ffn=card.shared_ffn // tp if card.num_shared_experts else 0,
+                   ep_ranks=t.ep)
     else:
         mlp.update(ffn=(card.ffn_hidden_size or 0) // tp)
     return LayerSpec(**base, **attn, **mlp)

@@ -17,6 +17,7 @@ decoder layer plus the output head, as simulate prices it).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -199,34 +200,45 @@ class Router(nn.Module):
         return probs.topk(self.topk, dim=-1).values
 
 
-class Permute(nn.Module):
-    """Forced-balanced dispatch: token copy p (token p // k) goes to local expert p % E; groups padded equal."""
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
 
-    def __init__(self, tokens: int, topk: int, experts: int) -> None:
+
+class Permute(nn.Module):
+    """Forced-balanced dispatch as Megatron's all-to-all token dispatcher does it: token copy p (token p // k)
+    goes to slot p % (ranks x experts), i.e. EP rank slot // experts, local expert slot % experts; the copies
+    are gathered in (rank, local expert) order, groups padded equal, and exchanged (``exchange``: the EP
+    all-to-all in a multi-process trainer, nothing in a one-process benchmark). With more than one rank and
+    more than one local expert the received chunks are then re-sorted by local expert (Megatron-Core's
+    ``sort_chunks_by_idxs``), a real copy that a layout without EP does not make."""
+
+    def __init__(self, tokens: int, topk: int, experts: int, ranks: int = 1) -> None:
         super().__init__()
         pairs = tokens * topk
-        per = -(-pairs // experts)
-        order = sorted(range(pairs), key=lambda p: (p % experts, p))
-        idx = [[] for _ in range(experts)]
-        for p in order:
-            idx[p % experts].append(p)
+        slots = experts * ranks
+        per = -(-pairs // slots)
+        idx: list[list[int]] = [[] for _ in range(slots)]
+        for p in range(pairs):
+            idx[p % slots].append(p)
         flat, valid = [], []
-        for e in range(experts):
-            row = idx[e] + [0] * (per - len(idx[e]))
-            flat += row
+        for e in range(slots):
+            flat += idx[e] + [0] * (per - len(idx[e]))
             valid += [1.0] * len(idx[e]) + [0.0] * (per - len(idx[e]))
         self.register_buffer("pair_index", torch.tensor(flat, dtype=torch.long), persistent=False)
         self.register_buffer("token_index", torch.tensor(flat, dtype=torch.long) // topk, persistent=False)
         self.register_buffer("valid", torch.tensor(valid), persistent=False)
-        inverse = [0] * pairs  # row of each token copy in the expert-ordered buffer
+        inverse = [0] * pairs  # row of each token copy in the dispatch-ordered buffer
         for r, (p, ok) in enumerate(zip(flat, valid)):
             if ok:
                 inverse[p] = r
         self.register_buffer("inverse", torch.tensor(inverse, dtype=torch.long), persistent=False)
-        self.experts, self.per, self.topk = experts, per, topk
+        self.experts, self.ranks, self.per, self.topk = experts, ranks, per, topk
+        self.exchange: Callable[[torch.Tensor], torch.Tensor] = _identity
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_select(0, self.token_index).view(self.experts, self.per, x.shape[-1])
+        send = x.index_select(0, self.token_index)                                 # [(rank, expert, per), H]
+        recv = self.exchange(send).view(self.ranks, self.experts, self.per, x.shape[-1])
+        return recv.transpose(0, 1).reshape(self.experts, self.ranks * self.per, x.shape[-1])
 
 
 class GroupedLinear(nn.Module):
@@ -242,17 +254,20 @@ class GroupedLinear(nn.Module):
 
 
 class Unpermute(nn.Module):
-    """Gather each token's k expert outputs back into token order and sum them weighted by the router scores
-    (a gather, not an atomic scatter: every token has exactly k copies)."""
+    """Undo the local-expert sort, exchange back (``exchange``), gather each token's k expert outputs into
+    token order and sum them weighted by the router scores (a gather, not an atomic scatter: every token has
+    exactly k copies)."""
 
     def __init__(self, permute: Permute, tokens: int) -> None:
         super().__init__()
         self.p = [permute]  # not a submodule (buffers live on Permute)
         self.tokens = tokens
+        self.exchange: Callable[[torch.Tensor], torch.Tensor] = _identity
 
     def forward(self, y: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        p = self.p[0]
-        rows = y.reshape(-1, y.shape[-1]).index_select(0, p.inverse).view(self.tokens, p.topk, y.shape[-1])
+        p, H = self.p[0], y.shape[-1]
+        back = y.view(p.experts, p.ranks, p.per, H).transpose(0, 1).reshape(-1, H)
+        rows = self.exchange(back).index_select(0, p.inverse).view(self.tokens, p.topk, H)
         return (rows * scores.to(y.dtype).unsqueeze(-1)).sum(dim=1)
 
 
@@ -261,13 +276,17 @@ class MoE(nn.Module):
         super().__init__()
         s = spec
         self.router = Router(s.hidden, s.router_experts, s.topk, s.router_bias)
-        self.permute = Permute(s.tokens, s.topk, s.experts)
+        self.permute = Permute(s.tokens, s.topk, s.experts, s.ep_ranks)
         up = (2 if s.gated else 1) * s.expert_ffn
         self.experts_up = GroupedLinear(s.experts, s.hidden, up)
         self.experts_act = Act(s.activation)
         self.experts_down = GroupedLinear(s.experts, s.expert_ffn, s.hidden)
         self.unpermute = Unpermute(self.permute, s.tokens)
         self.shared_mlp = MLP(s.hidden, s.shared_ffn, s.activation, s.linear_bias) if s.shared_ffn else None
+
+    def set_exchange(self, exchange: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Route dispatch and combine through ``exchange`` (an all-to-all over ``ep_ranks`` processes)."""
+        self.permute.exchange = self.unpermute.exchange = exchange
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

@@ -23,7 +23,7 @@ BASE = {"seq_len": SEQ_LEN, "mbs": 1, "tp": 1, "use_distributed_optimizer": Fals
         "pp_schedule": "1f1b"}
 
 
-def jobs(profile: str, *, iterations: int = 8, stat: str = "min", seq_len: int = SEQ_LEN) -> list[TrainJob]:
+def jobs(profile: str, *, iterations: int = 8, stat: str = "median", seq_len: int = SEQ_LEN) -> list[TrainJob]:
     """The end-to-end configurations: 1 process, DP=2 (DDP), PP=2 (1F1B), and the MoE card with EP=2."""
     def cfg(model: str, gpus: int, **tr: Any) -> dict[str, Any]:
         return {"model": model, "cluster": {"hardware": profile, "num_gpus": gpus},
@@ -56,8 +56,12 @@ def _rank(xs: list[float]) -> list[int]:
 
 
 def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cache: bool = True,
-            repeats: int = 9, iterations: int = 8, stat: str = "min", rounds: int = 2, seq_len: int = SEQ_LEN,
+            repeats: int = 9, iterations: int = 8, stat: str = "median", rounds: int = 2, seq_len: int = SEQ_LEN,
             log=print) -> dict[str, Any]:
+    """``stat`` is taken within a benchmark (of a layer's repeats) and within a run (of its iterations) alike:
+    an iteration is a sum of many ops, so a statistic of whole iterations compares with the same statistic of
+    each op, not with each op's luckiest repeat (the sum of per-op minima undershoots any real iteration);
+    across rounds the fastest is kept on both sides (other work on a shared machine only slows a round)."""
     import torch
 
     from oracle.benchmark.source import BenchmarkSource

@@ -7,8 +7,8 @@ modules benchmark mode times (oracle.benchmark.torch_layers), in bf16 with fp32 
 * data parallel: DistributedDataParallel (bucketed gradient all-reduce overlapped with backward) and
   gradient accumulation over micro-batches (no_sync until the last);
 * pipeline parallel: torch.distributed.pipelining stages and a real schedule (1F1B by default);
-* expert parallel: MoE layers whose balanced dispatch sends each rank's token copies to the experts' owner
-  ranks with all-to-all (autograd through the exchange), experts split across ranks; the dense parameters'
+* expert parallel: the benchmarked MoE module with its dispatch and combine exchanged by all-to-all
+  (autograd through the exchange), experts split across ranks; the dense parameters'
   gradients are all-reduced across the ranks after backward.
 
 Measures tokens/s (global batch x sequence / median iteration time after warm-up).
@@ -42,7 +42,7 @@ class TrainJob:
     threads: int = 1
     warmup: int = 2
     iterations: int = 6
-    stat: str = "min"
+    stat: str = "median"
     """Iteration-time statistic: 'min' (robust to other jobs on a shared machine) or 'median'."""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -68,48 +68,16 @@ class _AllToAll(torch.autograd.Function):
         return out
 
 
-class EPMoE(nn.Module):
-    """MoE with experts split over ``ep`` ranks: balanced dispatch (pair p -> global expert p % E), all-to-all
-    to the owners, the owner's grouped GEMMs, all-to-all back, score-weighted combine."""
-
-    def __init__(self, spec: LayerSpec, ep: int) -> None:
-        super().__init__()
-        s = spec
-        E_l, E = s.experts, s.experts * ep
-        pairs = s.tokens * s.topk
-        if pairs % E:
-            raise ValueError(f"tokens x topk = {pairs} must divide evenly over {E} experts for the EP trainer")
-        self.router = tl.Router(s.hidden, s.router_experts, s.topk, s.router_bias)
-        up = (2 if s.gated else 1) * s.expert_ffn
-        self.experts_up = tl.GroupedLinear(E_l, s.hidden, up)
-        self.experts_act = tl.Act(s.activation)
-        self.experts_down = tl.GroupedLinear(E_l, s.expert_ffn, s.hidden)
-        self.shared_mlp = tl.MLP(s.hidden, s.shared_ffn, s.activation, s.linear_bias) if s.shared_ffn else None
-        order = sorted(range(pairs), key=lambda p: ((p % E) // E_l, (p % E) % E_l, p))
-        inverse = [0] * pairs
-        for r, p in enumerate(order):
-            inverse[p] = r
-        self.register_buffer("token_index", torch.tensor(order) // s.topk, persistent=False)
-        self.register_buffer("inverse", torch.tensor(inverse), persistent=False)
-        self.topk = s.topk
-        self.ep, self.E_l, self.m = ep, E_l, pairs // E
-        self.tokens = s.tokens
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        flat = x.reshape(-1, shape[-1])
-        H = flat.shape[-1]
-        scores = self.router(flat)
-        send = flat.index_select(0, self.token_index)                    # [ep * E_l * m, H], by owner rank
-        recv = _AllToAll.apply(send).view(self.ep, self.E_l, self.m, H)  # from each source rank
-        local = recv.transpose(0, 1).reshape(self.E_l, self.ep * self.m, H)
-        y = self.experts_down(self.experts_act(self.experts_up(local)))
-        back = y.view(self.E_l, self.ep, self.m, H).transpose(0, 1).reshape(-1, H)
-        rows = _AllToAll.apply(back).index_select(0, self.inverse).view(self.tokens, self.topk, H)
-        out = (rows * scores.to(rows.dtype).unsqueeze(-1)).sum(dim=1).view(shape)
-        if self.shared_mlp is not None:
-            out = out + self.shared_mlp(x)
-        return out
+def ep_moe(spec: LayerSpec) -> tl.MoE:
+    """The benchmarked MoE module (oracle.benchmark.torch_layers.MoE) with its dispatch and combine routed
+    through an all-to-all over the ``spec.ep_ranks`` processes: balanced dispatch (token copy p -> slot
+    p % (ranks x local experts)), the owner's grouped GEMMs on its local experts, score-weighted combine."""
+    pairs, slots = spec.tokens * spec.topk, spec.experts * spec.ep_ranks
+    if pairs % slots:
+        raise ValueError(f"tokens x topk = {pairs} must divide evenly over {slots} experts for the EP trainer")
+    moe = tl.MoE(spec)
+    moe.set_exchange(_AllToAll.apply)
+    return moe
 
 
 class Head(nn.Module):
@@ -154,7 +122,7 @@ def build_stage(run: RunConfig, stage: int, dtype: torch.dtype) -> Stage:
         spec = layer_spec(m, run, plan, m.layer_kinds[i], window, dtype="bf16")
         layer = tl.DecoderLayer(spec)
         if spec.kind == "moe" and t.ep > 1:
-            layer.moe = EPMoE(spec, t.ep)
+            layer.moe = ep_moe(spec)
         layers.append(layer)
     emb = tl.Embedding(layer_spec(m, run, plan, "embedding")) if stage == 0 else None
     head = Head(tl.OutputLoss(layer_spec(m, run, plan, "output"))) if stage == t.pp - 1 else None

@@ -65,6 +65,33 @@ def test_unpermute_inverts_permute_weighted_by_scores():
     assert torch.allclose(u(p(x), scores), x * scores.sum(dim=1, keepdim=True), atol=1e-5)
 
 
+def test_ep_dispatch_orders_by_rank_then_sorts_received_chunks_by_local_expert():
+    # 12 tokens x top-2 = 24 copies over 2 ranks x 3 local experts: 4 rows per (rank, expert) chunk
+    p = tl.Permute(tokens=12, topk=2, experts=3, ranks=2)
+    x = torch.arange(12.0).unsqueeze(1).repeat(1, 4)  # row t holds token id t
+    seen = []
+    p.exchange = lambda t: seen.append(t.shape) or t
+    out = p(x)
+    assert seen == [(24, 4)] and out.shape == (3, 8, 4)
+    for e in range(3):  # local expert e holds, from each rank's chunk, the copies p with slot p % 6 = rank*3 + e
+        tokens = out[e, :, 0].long().tolist()
+        want = [q // 2 for r in range(2) for q in range(24) if q % 6 == r * 3 + e]
+        assert tokens == want
+    u = tl.Unpermute(p, tokens=12)
+    scores = torch.rand(12, 2)
+    assert torch.allclose(u(out, scores), x * scores.sum(dim=1, keepdim=True), atol=1e-5)
+
+
+def test_ep_spec_times_the_local_expert_sort():
+    run = _run("tiny-moe", ep=2)
+    spec = run_layer_specs(run, downscale(run, 1), dtype="fp32")[("moe", None)]
+    assert spec.ep_ranks == 2 and spec.experts == 4  # the EP=1 benchmark keeps the target's 4 experts per rank
+    moe = tl.build(spec, "cpu").moe
+    assert moe.permute.ranks == 2
+    assert _run("tiny-moe").training.ep == 1
+    assert run_layer_specs(_run("tiny-moe"), downscale(_run("tiny-moe"), 1))[("moe", None)].ep_ranks == 1
+
+
 def test_moe_layer_routes_gradients_to_router_and_experts():
     spec = _spec(kind="moe", ffn=0, experts=4, router_experts=16, topk=2, expert_ffn=32, shared_ffn=32)
     layer = tl.build(spec, "cpu")

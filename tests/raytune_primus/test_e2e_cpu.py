@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from raytune_primus.e2e import runner  # noqa: E402
-from raytune_primus.e2e.trainer import EPMoE, TrainJob, run_job  # noqa: E402
+from raytune_primus.e2e.trainer import TrainJob, ep_moe, run_job  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -35,9 +35,9 @@ def test_trainer_runs_every_parallelism(job):
 def test_ep_moe_needs_an_even_split():
     from oracle.benchmark.spec import LayerSpec
     spec = LayerSpec(kind="moe", hidden=16, mbs=1, seq_q=5, seq_k=5, experts=2, router_experts=4, topk=1,
-                     expert_ffn=8, heads=2, kv_heads=2, head_dim=8)
+                     expert_ffn=8, heads=2, kv_heads=2, head_dim=8, ep_ranks=2)
     with pytest.raises(ValueError, match="divide evenly"):
-        EPMoE(spec, ep=2)
+        ep_moe(spec)
 
 
 def test_runner_reports_measured_and_both_projections(monkeypatch, tmp_path):
