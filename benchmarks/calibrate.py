@@ -12,12 +12,12 @@ Least squares on log(projected/measured) over ALL the family's rows of the reque
 nothing is fitted per row, and a field no row exercises is left alone. The script prints the fitted values, the rows and their errors before/after: paste the values
 into the profile YAML with a source line naming this script, the CSV and the row ids (docs/calibration.md).
 
-`--joint CSV [CSV ...]` is the per-GPU-generation fit (docs/kernel-model.md): every family in
-GENERATIONS (Hopper, Blackwell, Blackwell Ultra, CDNA3, CDNA4) is fitted jointly over the newest release of
+`--joint CSV [CSV ...]` is the per-GPU-generation fit (docs/kernel-model.md): every generation in
+GENERATIONS (each profile's own ``arch``: Hopper, Blackwell, Blackwell Ultra, CDNA3, CDNA4, Ampere) is fitted jointly over the newest release of
 each configuration in ALL the CSVs given (quality A/B, rows whose assumed defaults fit in memory and
 whose memory settings validate did not have to guess), in one MAP fit: per generation one multiplier on
 the GEMM efficiencies, one on attention (when its rows have more than one sequence length) and an NVFP4
-multiplier (when it has NVFP4 rows); per vendor stack (HOST_GROUPS) one multiplier on the host issue
+multiplier (when it has NVFP4 rows); per vendor stack (HOST_GROUPS, the profiles' ``vendor``) one multiplier on the host issue
 time per framework op ``host_op_s`` (when the stack has >= 3 MoE rows). It then reports leave-one-model-out and leave-one-part-out errors (each model / part
 projected by a fit that never saw it) and, with ``--write``, puts the values into the profile YAMLs with a
 source line naming this script, the files and the rows.
@@ -44,7 +44,7 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oracle.hardware import load_hardware  # noqa: E402
+from oracle.hardware import bundled_hardware, load_hardware  # noqa: E402
 from oracle.projector import project  # noqa: E402
 from oracle.validate import RECOMPUTE_GUESS  # noqa: E402
 from oracle.validate import batch_contrasts as _batch_contrasts  # noqa: E402
@@ -64,9 +64,26 @@ def _measured(row):
     return "tflops", float(row["measured_tflops_per_gpu"])
 
 
-FAMILIES = {"nvidia-hopper": ("h100-sxm", "h200-sxm"), "nvidia-ampere": ("a100-80gb",),
-            "nvidia-blackwell": ("b200", "b300", "gb200-nvl72", "gb300-nvl72"),
-            "amd-instinct": ("mi300x", "mi325x", "mi355x")}
+def _parts_by_generation() -> dict[str, tuple[str, ...]]:
+    """Bundled accelerator profiles grouped by their ``arch`` (the profile is the one place a part's
+    generation is written; a new profile joins its generation's fit by saying so)."""
+    out: dict[str, list[str]] = {}
+    for name in bundled_hardware():
+        hw = load_hardware(name)
+        if hw.vendor in ("nvidia", "amd"):
+            out.setdefault(hw.arch, []).append(name)
+    return {g: tuple(sorted(v)) for g, v in sorted(out.items())}
+
+
+GENERATIONS = _parts_by_generation()
+"""Generation (profile ``arch``) -> bundled parts."""
+HOST_GROUPS = {v: tuple(g for g, parts in GENERATIONS.items() if load_hardware(parts[0]).vendor == v)
+               for v in ("nvidia", "amd")}
+"""Vendor software stack -> generations (the host issue cost belongs to the stack, not the chip)."""
+_FAMILY_GENERATIONS = {"nvidia-hopper": ("hopper",), "nvidia-ampere": ("ampere",),
+                       "nvidia-blackwell": ("blackwell", "blackwell-ultra"), "amd-instinct": ("cdna3", "cdna4")}
+FAMILIES = {fam: tuple(p for g in gens for p in GENERATIONS.get(g, ())) for fam, gens in _FAMILY_GENERATIONS.items()}
+"""Per-family fit (without --joint): generations that share a software stack and kernel libraries."""
 MANY_ROWS = 8
 
 
@@ -236,11 +253,6 @@ def contrast_cycle(family: str, fam_rows: list[dict], all_rows: list[dict], roun
 
 
 # ------------------------------------------------------------------ per-generation joint fit
-GENERATIONS = {"hopper": ("h100-sxm", "h200-sxm"), "blackwell": ("b200", "gb200-nvl72"),
-               "blackwell-ultra": ("b300", "gb300-nvl72"), "cdna3": ("mi300x", "mi325x"), "cdna4": ("mi355x",),
-               "ampere": ("a100-80gb",)}
-
-
 def generation_of(profile: str) -> str:
     return next((g for g, members in GENERATIONS.items() if profile in members), profile)
 
@@ -310,9 +322,6 @@ MIN_MOE_ROWS_FOR_HOST = 3
 
 # The host issue cost per framework op belongs to the host CPU and the framework's MoE path, not to the
 # GPU: one multiplier per vendor's software stack, fitted jointly over its generations' MoE rows.
-HOST_GROUPS = {"nvidia": ("hopper", "blackwell", "blackwell-ultra", "ampere"), "amd": ("cdna3", "cdna4")}
-
-
 def host_group_of(gen: str) -> str:
     return next((g for g, members in HOST_GROUPS.items() if gen in members), gen)
 

@@ -85,7 +85,7 @@ class HardwareProfile:
     vendor: str
     """'nvidia', 'amd' or 'cpu'."""
     arch: str
-    """Architecture label, e.g. 'hopper', 'gfx950'."""
+    """Architecture label, e.g. 'hopper', 'cdna4' (the generation the calibration groups parts by)."""
     peak_flops_per_s: dict[str, float]
     """Dense peak per dtype ('bf16', 'fp16', 'fp8', 'fp32', 'fp4'); a dtype absent = unsupported."""
     num_compute_units: int

@@ -248,3 +248,21 @@ def test_unknown_name_lists_the_valid_names():
     for name in REQUIRED:
         assert name in msg
     assert set(err.value.valid) == set(bundled_hardware())
+
+
+def test_calibration_groups_parts_by_the_profiles_own_arch_and_vendor():
+    """benchmarks/calibrate.py reads each part's generation (``arch``) and software stack (``vendor``) from its
+    profile; every bundled accelerator belongs to exactly one fit family (a new arch must be placed in one)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "calibrate_groups_for_test", Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate.py")
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    accelerators = [n for n in bundled_hardware() if load_hardware(n).vendor in ("nvidia", "amd")]
+    assert accelerators
+    for name in accelerators:
+        hw = load_hardware(name)
+        assert cal.generation_of(name) == hw.arch and name in cal.GENERATIONS[hw.arch]
+        assert cal.host_group_of(hw.arch) == hw.vendor
+        assert sum(name in parts for parts in cal.FAMILIES.values()) == 1, name
