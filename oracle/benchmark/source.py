@@ -133,6 +133,13 @@ class MeasuredLayerModel:
         self.plan = source.plan(self.run)
         self.fp8 = fp8_speedup(self.run)
         self.scaled: dict[tuple[str, int | None], _Scaled] = {}
+        self._anchor_times: dict[str, dict[str, float]] | None = None
+
+    def anchor_times(self) -> dict[str, dict[str, float]]:
+        """The source's anchors for this run, looked up once per projection (not once per layer type)."""
+        if self._anchor_times is None:
+            self._anchor_times = self.src.anchor_times(self.run)
+        return self._anchor_times
 
     def _op_factor(self, op: str) -> float:
         f = 1.0
@@ -166,7 +173,7 @@ class MeasuredLayerModel:
         """Target comm anchored to the benchmark's measured collectives: TP by the ratio form, EP by the delta
         form (App. B.2); unchanged where nothing was measured."""
         out = dict(comm)
-        for name, a in self.src.anchor_times(self.run).items():
+        for name, a in self.anchor_times().items():
             part = out.get(name)
             if part is None:
                 continue
