@@ -180,6 +180,16 @@ def measured_gap(a: float, b: float) -> float:
     return abs(a - b) / min(a, b)
 
 
+def rank_correlations(xs: Sequence[float], ys: Sequence[float]) -> tuple[float | None, float | None]:
+    """Spearman rho and Kendall tau-b of two equal-length sequences; None where undefined (fewer than three
+    points, or a constant input)."""
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None, None
+    from scipy.stats import kendalltau, spearmanr
+    rho, tau = float(spearmanr(xs, ys).statistic), float(kendalltau(xs, ys).statistic)
+    return (None if math.isnan(rho) else rho), (None if math.isnan(tau) else tau)
+
+
 def rank_agreement(runs: Sequence[MeasuredRun], *, threshold: float = CONCORDANCE_THRESHOLD,
                    top_k: int = 3) -> RankAgreement:
     """Rank agreement of ``runs`` (at least two; rho and tau need three)."""
@@ -194,13 +204,7 @@ def rank_agreement(runs: Sequence[MeasuredRun], *, threshold: float = CONCORDANC
     proj = [r.projected_tokens_per_s_per_gpu for r in runs]
     meas = [r.measured_tokens_per_s_per_gpu for r in runs]
     n = len(runs)
-    rho = tau = None
-    if n >= 3 and len(set(proj)) > 1 and len(set(meas)) > 1:  # undefined on a constant input
-        from scipy.stats import kendalltau, spearmanr
-        rho = float(spearmanr(proj, meas).statistic)
-        tau = float(kendalltau(proj, meas).statistic)  # tau-b
-        rho = None if math.isnan(rho) else rho
-        tau = None if math.isnan(tau) else tau
+    rho, tau = rank_correlations(proj, meas)
     concordant = ties = above = conc_above = 0
     flips = []
     for i, j in itertools.combinations(range(n), 2):

@@ -402,16 +402,14 @@ def batch_contrasts(results: list[RowResult]) -> list[dict[str, Any]]:
 
 
 def _rank_stats(pairs: list[tuple[float, float]]) -> dict[str, float | None]:
-    from scipy.stats import kendalltau, spearmanr
+    from oracle.offset import rank_correlations
     if len(pairs) < 3:
         return {"spearman": None, "kendall": None, "regret": None}
     meas = [p[0] for p in pairs]
     proj = [p[1] for p in pairs]
-    rho = spearmanr(meas, proj).statistic
-    tau = kendalltau(meas, proj).statistic
+    rho, tau = rank_correlations(meas, proj)
     pick = max(range(len(pairs)), key=lambda i: proj[i])
-    regret = 1.0 - meas[pick] / max(meas)
-    return {"spearman": float(rho), "kendall": float(tau), "regret": float(regret)}
+    return {"spearman": rho, "kendall": tau, "regret": 1.0 - meas[pick] / max(meas)}
 
 
 def _abs_stats(errs: list[float]) -> dict[str, Any]:

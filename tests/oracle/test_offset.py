@@ -122,3 +122,11 @@ def test_pair_counts_add_up_and_calibration_inverts_k(pairs):
     assert math.isclose(c.tokens_per_s_per_gpu * fit.k, 1000.0)
     assert c.low_tokens_per_s_per_gpu <= c.tokens_per_s_per_gpu <= c.high_tokens_per_s_per_gpu
     assert measured_gap(pairs[0][1], pairs[-1][1]) >= 0.0
+
+
+def test_rank_correlations_are_undefined_on_too_few_or_constant_inputs():
+    from oracle.offset import rank_correlations
+    assert rank_correlations([1.0, 2.0], [1.0, 2.0]) == (None, None)
+    assert rank_correlations([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == (None, None)
+    rho, tau = rank_correlations([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 40.0])
+    assert rho == pytest.approx(0.8) and tau == pytest.approx(2 / 3)
