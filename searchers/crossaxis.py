@@ -17,11 +17,16 @@ improved for ``patience`` trials.
   with its VPP/schedule/micro-batch repaired and with each memory-freeing variant (recompute, FSDP)
   the space allows (every legal schedule/VPP pair and every larger micro-batch too); a variant is kept
   only when the driver's free memory probe (``SearchContext.memory_only``, the pre-filter's estimate, no
-  trial spent) says it fits. ``layout_jumps`` layouts are tried, alternately the next by the ledger's surrogate (plus the
-  novelty bonus, so untried values are not ranked at zero) and the next by least model parallelism
-  (tp * cp * pp) among variants with no more recompute than the incumbent, each with its first
-  fitting variant in that order; then the round goes on polishing. Without a driver context (no memory probe), or with less than twice
-  ``layout_jumps`` trials left (no budget to polish a new layout), the round only polishes.
+  trial spent) says it fits. ``layout_jumps`` layouts are tried, three orders taking turns, each layout with
+  its first fitting variant in that order: the ledger's surrogate (plus the novelty bonus, so untried values
+  are not ranked at zero); least model parallelism (tp * cp * pp) among variants with no more recompute
+  than the incumbent; and the recompute trade, the least split layout (tp * cp * pp * ep * etp, then
+  tp * cp * pp) that fits only with more recompute than the incumbent, with that recompute and as few other
+  changes as it allows (what recomputing costs at the incumbent's layout says little about a layout with
+  fewer collectives to replay and larger GEMMs per GPU, and no other order measures it). The probe is an
+  estimate: a jump the full projection still puts over the cap is replaced by the next layout of its own
+  order. Then the round goes on polishing. Without a driver context (no memory probe), or with less than
+  twice ``layout_jumps`` trials left (no budget to polish a new layout), the round only polishes.
 * Later rounds polish the incumbent (the runners-up, best first, once its neighbourhood is known):
   every single-axis move from it (adjacent values of numeric axes, all values of categorical
   ones, with the schedule/VPP and micro-batch repaired when a move breaks legality) and pairs of
@@ -37,9 +42,10 @@ verdict from the driver's probe (or, without one, from the ledger too).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -62,6 +68,14 @@ def _model_parallel_degree(point: Mapping[str, Any]) -> int:
     least communication per step, so layouts that fit with the smallest degree are tried first (half of
     the layout jumps; the surrogate's picks are the other half)."""
     return int(point.get("tp", 1)) * int(point.get("cp", 1)) * int(point.get("pp", 1))
+
+
+def _sharding_degree(point: Mapping[str, Any]) -> int:
+    """Ways the model's weights are split (tp * cp * pp, times ep * etp for the experts): the layout jump that
+    trades recomputation for a smaller model-parallel layout takes the least split layout that fits, since
+    each split adds a collective to every step (TP all-reduces, EP all-to-alls, PP stages) and the
+    recomputation replays them. Equals :func:`_model_parallel_degree` for a dense model."""
+    return _model_parallel_degree(point) * int(point.get("ep", 1)) * int(point.get("etp", 1))
 
 
 def _recompute_rank(point: Mapping[str, Any]) -> int:
@@ -200,6 +214,9 @@ class CrossAxisProposer:
         self._good: set[int] = set()
         self._savers: set[int] = set()
         self._proposed: set[str] = set()
+        self._jump_streams: list[Iterator[tuple[float, str, Candidate]]] = []
+        """Round 2's layout-jump orders (:meth:`_layout_jumps`); a jump the pre-filter rejects is replaced by
+        the next layout of its own order (:meth:`observe`)."""
         self._done = False
 
     # ------------------------------------------------------------------ ask / tell
@@ -227,6 +244,13 @@ class CrossAxisProposer:
 
     def observe(self, candidate: Candidate, result: TrialResult, counted: bool) -> None:
         self.control.observed(result, counted)
+        stream = candidate.meta.get("jump_stream")
+        if result.status == "rejected" and stream is not None and self.control.round == 2:
+            # the free probe is the pre-filter's estimate; the full projection can still put a marginal
+            # layout over the cap: the jump's order gets its next layout instead of losing its turn
+            c = self._next_jump(stream)
+            if c is not None:
+                self._queue.insert(0, c)
 
     # ------------------------------------------------------------------ helpers
     def _next_queued(self) -> Candidate | None:
@@ -408,24 +432,60 @@ class CrossAxisProposer:
 
         flat = [(n, t) for n, options in enumerate(per_layout) for t in options]
 
-        def ordered(key: Any) -> Any:
-            """Per layout, its first fitting variant in ``key`` order; layouts in the order they are found."""
+        def ordered(key: Any, where: Any = None) -> Iterator[tuple[float, str, Candidate]]:
+            """Per layout, its first fitting variant in ``key`` order (among those ``where(layout, variant)``
+            keeps); layouts in the order they are found."""
             done: set[int] = set()
             for n, t in sorted(flat, key=lambda nt: key(nt[1])):
-                if n not in done and self._fits(t[2].values):
+                if n not in done and (where is None or where(n, t)) and self._fits(t[2].values):
                     done.add(n)
                     yield t
+        here_rank = _recompute_rank(inc.point)
         by_model = ordered(lambda t: (-t[0], t[1]))
-        by_degree = ordered(lambda t: (_recompute_rank(t[2].values) - _recompute_rank(inc.point),
+        by_degree = ordered(lambda t: (_recompute_rank(t[2].values) - here_rank,
                                        _model_parallel_degree(t[2].values), -t[0], t[1]))
+        trades: dict[int, bool] = {}
+
+        def trade(n: int, t: tuple[float, str, Candidate]) -> bool:
+            """A variant with more recomputation than the incumbent, of a layout that fits only with more."""
+            if _recompute_rank(t[2].values) <= here_rank:
+                return False
+            if n not in trades:
+                opts = [o[2].values for o in per_layout[n]]
+                # its least-memory variants first (most recomputation and sharding, the smallest micro-batch): a
+                # layout where none of those fits is passed over without probing the rest
+                def thrift(v: Mapping[str, Any]) -> tuple[int, int, int]:
+                    return (-_recompute_rank(v), -bool(v.get("fsdp")), int(v.get("mbs", 1)))
+                frugal = min(thrift(v) for v in opts)
+                trades[n] = (any(self._fits(v) for v in opts if thrift(v) == frugal)
+                             and not any(self._fits(v) for v in opts if _recompute_rank(v) <= here_rank))
+            return trades[n]
+        # the trade the other two orders never measure: the least split layout that fits only with more
+        # recomputation than the incumbent, with it (what recomputing costs at the incumbent's layout says little
+        # about a layout with fewer collectives to replay and larger GEMMs per GPU); the incumbent's other values
+        # are kept where they can be, so the trial measures the trade itself
+        by_trade = ordered(lambda t: (_sharding_degree(t[2].values), _model_parallel_degree(t[2].values),
+                                      _recompute_rank(t[2].values), len(diff(t[2].values, inc.point)), -t[0], t[1]),
+                           trade)
+        self._jump_streams = [by_model, by_degree, by_trade]
         out: list[Candidate] = []
-        for a, b in itertools.zip_longest(by_model, by_degree):
-            for t in (a, b):
-                if t is not None and len(out) < self.layout_jumps and all(t[1] != c.meta["key"] for c in out):
-                    out.append(t[2])
-            if len(out) >= self.layout_jumps:
-                break
+        live = True
+        while live and len(out) < self.layout_jumps:  # orders take turns; one another order took is a lost turn
+            live = False
+            for stream, it in enumerate(self._jump_streams):
+                t = next(it, None) if len(out) < self.layout_jumps else None
+                live = live or t is not None
+                if t is not None and all(t[1] != c.meta["key"] for c in out):
+                    out.append(dataclasses.replace(t[2], meta={**t[2].meta, "jump_stream": stream}))
         return out
+
+    def _next_jump(self, stream: int) -> Candidate | None:
+        """The next layout of jump order ``stream`` not yet proposed, queued or known (None when it has none)."""
+        for _, key, c in self._jump_streams[stream]:
+            if key in self._proposed or self.history.knows(key) or any(key == o.meta["key"] for o in self._queue):
+                continue
+            return dataclasses.replace(c, meta={**c.meta, "jump_stream": stream})
+        return None
 
     # ------------------------------------------------------------------ later rounds: polish
     def _repairs(self, point: dict[str, Any]) -> list[dict[str, Any]]:
