@@ -352,8 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     e2.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     e2.add_argument("--profile", help="hardware profile of one core per device (default: calibrate one first)")
     e2.add_argument("--iterations", type=_positive_int, default=8, help="timed trainer iterations per run")
-    e2.add_argument("--rounds", type=_positive_int, default=2,
-                    help="benchmark + every run this many times, keeping the fastest of each (default 2)")
+    e2.add_argument("--rounds", type=_positive_int, default=3,
+                    help="rounds of (benchmark a run's layers, then the run), per run keeping the round with the "
+                         "fastest run and the projection from its own benchmark (default 3)")
     add_benchmark_flags(e2)
     e2.set_defaults(func=cmd_e2e_cpu)
 

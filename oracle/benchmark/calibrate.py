@@ -4,7 +4,8 @@ Starts from a base profile (its peaks, capacities and citations) and replaces wh
 achievable bf16 GEMM and attention efficiency, memory bandwidth efficiency, the per-op host/launch cost,
 and, with ``world > 1`` processes, the link bandwidth and latency between them over the local
 torch.distributed backend (gloo on CPU, NCCL/RCCL on GPUs), fitted as time = latency + bytes / bandwidth
-to point-to-point exchanges. On a CPU, ``threads`` cores make one "device" (peaks scale with the cores),
+to point-to-point exchanges, plus the per-call cost of a collective issued between compute (the
+profile's ``collective_launch_s``). On a CPU, ``threads`` cores make one "device" (peaks scale with the cores),
 so ``world`` processes x ``threads`` cores describe a node of CPU "GPUs" the end-to-end trainer uses.
 """
 from __future__ import annotations
@@ -99,9 +100,48 @@ def _link_worker(rank: int, world: int, port: int, threads: int, out: str, cuda:
         dist.barrier()
         ar = _median_time(lambda: dist.all_reduce(buf), dev, repeats=7, stat="min")
         rows.append((nbytes, t_med, ar, t_min))
+    issued = _collective_between_compute(dist, dev, rank)
     if rank == 0:
-        Path(out).write_text(repr(rows))
+        Path(out).write_text(repr({"rows": rows, "collective_between_compute_s": issued}))
     dist.destroy_process_group()
+
+
+COLLECTIVE_PROBE_BYTES = 1 << 14
+COLLECTIVE_PROBE_CALLS = 200
+COLLECTIVE_PROBE_LAYER = dict(kind="dense", hidden=256, mbs=1, seq_q=256, seq_k=256, heads=4, kv_heads=2, head_dim=64,
+                              ffn=688)
+"""The work between probe collectives: one forward+backward of a small decoder layer (a real layer's mix of
+GEMMs, attention, element-wise ops and allocations; a bare GEMM loop there measured half the cost)."""
+
+
+def _collective_between_compute(dist: Any, dev: torch.device, rank: int) -> float:
+    """Mean time of a small all-to-all issued after a decoder layer's forward and backward on every rank,
+    as a training step issues its dispatch/combine and gradient collectives: the backend's per-call
+    hand-off, the wait for the other rank and the wake-ups of a blocked one, whose occasional long ones are
+    part of the mean a run pays (a median would hide them)."""
+    from oracle.benchmark import torch_layers as tl
+    from oracle.benchmark.spec import LayerSpec
+    from oracle.benchmark.timing import supports_bf16
+    spec = LayerSpec(**COLLECTIVE_PROBE_LAYER, dtype="bf16" if supports_bf16(dev) else "fp32")
+    torch.manual_seed(rank)
+    layer = tl.build(spec, dev)
+    xin = torch.randn(spec.mbs, spec.seq_q, spec.hidden, dtype=tl.torch_dtype(spec.dtype), device=dev,
+                      requires_grad=True)
+    x = torch.zeros(COLLECTIVE_PROBE_BYTES // 4, dtype=torch.float32, device=dev)
+    ts = []
+    for i in range(COLLECTIVE_PROBE_CALLS + 10):
+        y = layer(xin)
+        y.backward(torch.ones_like(y))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        if i >= 10:
+            ts.append(time.perf_counter() - t0)
+    return float(statistics.fmean(ts))
 
 
 def measure_links(world: int, threads: int = 1, cuda: bool = False) -> dict[str, Any]:
@@ -110,14 +150,20 @@ def measure_links(world: int, threads: int = 1, cuda: bool = False) -> dict[str,
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "links.txt")
         mp.spawn(_link_worker, args=(world, _free_port(), threads, out, cuda), nprocs=world, join=True)
-        rows = eval(Path(out).read_text())  # noqa: S307 - our own repr of a list of float tuples
-    # latency: the typical (median) one-way time of small exchanges - a blocked receiver's wake-up is part of
-    # every dependent exchange a run makes; bandwidth: the least-disturbed largest exchange beyond that latency
-    small = [r[1] for r in rows if r[0] <= 1 << 17]
+        res = eval(Path(out).read_text())  # noqa: S307 - our own repr of a dict of floats and float tuples
+    rows = res["rows"]
+    # latency: the least-disturbed one-way time of small exchanges (the link itself; what a run pays on top
+    # per call - hand-offs, waits, wake-ups - is the probe's collective_launch_s below); bandwidth: the
+    # least-disturbed largest exchange beyond that latency
+    small = [r[3] for r in rows if r[0] <= 1 << 17]
     lat = float(statistics.median(small))
     n_big, t_big = rows[-1][0], rows[-1][3]
     bw = float(n_big / max(t_big - min(r[3] for r in rows), t_big * 0.1))
-    return {"latency_s": lat, "bandwidth_bytes_per_s": bw,
+    # per-call cost of a collective beyond the link: the small all-to-all between compute, less its transfer
+    probe = res["collective_between_compute_s"]
+    launch = max(0.0, probe - lat - COLLECTIVE_PROBE_BYTES / bw)
+    return {"latency_s": lat, "bandwidth_bytes_per_s": bw, "collective_launch_s": launch,
+            "collective_between_compute_s": probe,
             "points": [{"bytes": r[0], "p2p_median_s": r[1], "p2p_min_s": r[3], "all_reduce_s": r[2]} for r in rows]}
 
 
@@ -186,6 +232,11 @@ def _calibrate(*, base: str, name: str, world: int, threads: int | None, device:
         net["scale_up"] = {**net.get("scale_up", {}), "domain_size": world,
                            "bandwidth_gb_per_s": round(links["bandwidth_bytes_per_s"] / 1e9, 4),
                            "latency_us": round(links["latency_s"] * 1e6, 2)}
+        eff["collective_launch_s"] = {
+            "value": float(f"{links['collective_launch_s']:.3g}"),
+            "source": src(f"mean {COLLECTIVE_PROBE_BYTES // 1024} KiB all-to-all issued after a small decoder layer's "
+                          f"forward+backward on each of {world} processes ({links['collective_between_compute_s'] * 1e6:,.0f} us over "
+                          f"{COLLECTIVE_PROBE_CALLS} calls) less the link's latency and transfer")}
         eff["scale_up_bus"] = {"value": 1.0, "source": src(f"{world} processes over "
                                                            f"{'gloo' if cpu else 'nccl'}: the fitted link bandwidth is "
                                                            f"already the achieved one")}

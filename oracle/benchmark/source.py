@@ -81,7 +81,8 @@ class Bencher:
     """Measures layer specs on the local device through the on-disk cache (imports torch)."""
 
     def __init__(self, *, cache_dir: str | None = None, use_cache: bool = True, warmup: int = 2, repeats: int = 7,
-                 per_op: bool = True, device: str | None = None, stat: str = "median") -> None:
+                 per_op: bool = True, device: str | None = None, stat: str = "median", refresh: bool = False) -> None:
+        """``refresh``: measure even what the cache holds (and write the new timing over it)."""
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - torch is a dependency of benchmark mode
@@ -95,13 +96,14 @@ class Bencher:
         self.device_name = timing.device_name(self.device)
         self.versions = timing.software_versions()
         self.measured: list[str] = []
+        self.refresh = refresh
 
     def measure(self, spec: LayerSpec) -> Measurement:
         settings = dataclasses.asdict(self.settings)
         key = None
         if self.cache is not None:
             key = self.cache.key(self.device_name, self.versions, spec.key(), settings)
-            hit = self.cache.get(key)
+            hit = None if self.refresh else self.cache.get(key)
             if hit is not None:
                 return hit
         m = self._timing.measure_spec(spec, device=self.device, settings=self.settings)

@@ -2,9 +2,9 @@
 
 1. calibrate a profile of this machine with one core per "device" (``hardware calibrate``: kernels, and
    the gloo link between two processes) - or take one given with --profile;
-2. benchmark every layer type once in ONE process with one thread (oracle.benchmark);
-3. for each configuration, run the real trainer (raytune_primus.e2e.trainer: DDP, pipelining 1F1B, EP
-   all-to-all over gloo) and project it from the single-process measurements (benchmark) and from the
+2. in rounds, for each configuration: benchmark its layer types in ONE process with one thread
+   (oracle.benchmark), then run the real trainer (raytune_primus.e2e.trainer: DDP, pipelining 1F1B, EP
+   all-to-all over gloo), and project it from that single-process benchmark (benchmark) and from the
    kernel model alone (simulate);
 4. report measured vs projected tokens/s, the error, and whether the projections rank the runs as measured.
 """
@@ -43,10 +43,6 @@ def _short(config: dict[str, Any]) -> str:
     return f"{config['model']} x{config['cluster']['num_gpus']} " + " ".join(f"{k}={t.get(k, 1)}" for k in keys)
 
 
-def _cost(m: Any) -> float:
-    return m.f_s + m.b_s + m.w_s + (m.optimizer_s_per_param or 0.0) * m.params
-
-
 def _rank(xs: list[float]) -> list[int]:
     order = sorted(range(len(xs)), key=lambda i: -xs[i])
     r = [0] * len(xs)
@@ -56,12 +52,19 @@ def _rank(xs: list[float]) -> list[int]:
 
 
 def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cache: bool = True,
-            repeats: int = 9, iterations: int = 8, stat: str = "median", rounds: int = 2, seq_len: int = SEQ_LEN,
+            repeats: int = 9, iterations: int = 8, stat: str = "median", rounds: int = 3, seq_len: int = SEQ_LEN,
             log=print) -> dict[str, Any]:
-    """``stat`` is taken within a benchmark (of a layer's repeats) and within a run (of its iterations) alike:
+    """Paired rounds: in every round each run's layers are benchmarked in this one process immediately
+    before the run itself, and the run is projected from that benchmark, so a machine whose speed drifts
+    (a shared or virtual host) shifts both sides of a pair alike. Per run the round with the fastest
+    measurement is reported with its own projection (other work only ever slows a round); every round's
+    error is kept in ``round_errors``.
+
+    ``stat`` is taken within a benchmark (of a layer's repeats) and within a run (of its iterations) alike:
     an iteration is a sum of many ops, so a statistic of whole iterations compares with the same statistic of
-    each op, not with each op's luckiest repeat (the sum of per-op minima undershoots any real iteration);
-    across rounds the fastest is kept on both sides (other work on a shared machine only slows a round)."""
+    each op, not with each op's luckiest repeat (the sum of per-op minima undershoots any real iteration).
+    The layer timings are always measured afresh (a pair needs its own); ``cache_dir`` keeps them, and
+    ``use_cache=False`` writes none."""
     import torch
 
     from oracle.benchmark.source import BenchmarkSource
@@ -83,60 +86,54 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         profile = str(path)
         calibration = raw
-        log(f"  link: {raw['links']['latency_s'] * 1e6:,.0f} us, {raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; "
+        log(f"  link: {raw['links']['latency_s'] * 1e6:,.0f} us, {raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, "
+            f"{raw['links']['collective_launch_s'] * 1e6:,.0f} us per collective; "
             f"bf16 GEMM {raw['kernels']['gemm_bf16_flops'] / 1e9:,.0f} GFLOP/s")
     todo = jobs(profile, iterations=iterations, stat=stat, seq_len=seq_len)
     runs = [RunConfig.from_dict(job.config) for job in todo]
     threads = torch.get_num_threads()
-    best: dict[str, Any] = {}
-    measured: dict[str, dict[str, Any]] = {}
+    pairs: dict[str, list[dict[str, Any]]] = {job.name: [] for job in todo}
     for rnd in range(rounds):
-        # each round measures the layers again (the cache serves the first) and reruns every job; the fastest
-        # of the rounds is kept on both sides, since other work on a shared machine only ever slows a run down
-        torch.set_num_threads(1)  # one device = one core, as each trainer process
-        affinity = os.sched_getaffinity(0)
-        pin_to_core(0)
-        try:
-            src = BenchmarkSource(benchmark_gpus=1, bencher_options={
-                "cache_dir": cache_dir, "use_cache": use_cache and rnd == 0, "repeats": repeats, "warmup": 3,
-                "stat": stat, "device": "cpu"})
-            log(f"round {rnd + 1}/{rounds}: benchmarking the layer types in this one process (1 thread) ...")
-            for run in runs:
-                for spec in src.specs(run).values():
-                    m = src.get(spec)
-                    old = best.get(spec.key())
-                    if old is None or _cost(m) < _cost(old):
-                        best[spec.key()] = m
-        finally:
-            torch.set_num_threads(threads)
-            os.sched_setaffinity(0, affinity)
-        for job in todo:
+        for job, run in zip(todo, runs):
+            torch.set_num_threads(1)  # one device = one core, as each trainer process
+            affinity = os.sched_getaffinity(0)
+            pin_to_core(0)
+            try:
+                # a fresh measurement per pair (the cache is written, not read: an old timing is no pair)
+                src = BenchmarkSource(benchmark_gpus=1, bencher_options={
+                    "cache_dir": cache_dir, "use_cache": use_cache, "refresh": True, "repeats": repeats,
+                    "warmup": 3, "stat": stat, "device": "cpu", "per_op": False})
+                log(f"round {rnd + 1}/{rounds}: benchmarking the layers of {job.name} in this one process (1 thread) ...")
+                timings = {spec.key(): src.get(spec) for spec in src.specs(run).values()}
+            finally:
+                torch.set_num_threads(threads)
+                os.sched_setaffinity(0, affinity)
             log(f"round {rnd + 1}/{rounds}: running {job.name} ({job.world} process{'es' if job.world > 1 else ''}) ...")
             res = run_job(job)
-            old = measured.get(job.name)
-            if old is None or res["tokens_per_s"] > old["tokens_per_s"]:
-                measured[job.name] = {**res, "all_iteration_times_s": (old or {}).get("all_iteration_times_s", [])
-                                      + res["iteration_times_s"]}
-            else:
-                old["all_iteration_times_s"] += res["iteration_times_s"]
-    src = BenchmarkSource(benchmark_gpus=1, timings=best, measure=False)
+            bench = BenchmarkSource(benchmark_gpus=1, timings=timings, measure=False).project(run)
+            pairs[job.name].append({"measured": res, "benchmark": bench})
     rows = []
     for job, run in zip(todo, runs):
-        bench = src.project(run)
-        sim = project(run, mode="simulate")
         n = run.cluster.num_gpus
-        m = measured[job.name]
+        rounds_ = pairs[job.name]
+        best = max(rounds_, key=lambda p: p["measured"]["tokens_per_s"])
+        m, bench = best["measured"], best["benchmark"]
+        sim = project(run, mode="simulate")
         rows.append({"name": job.name, "config": _short(job.config), "processes": job.world,
                      "measured_tokens_per_s": m["tokens_per_s"],
                      "benchmark_projected": bench.tokens_per_s_per_gpu * n,
                      "simulate_projected": sim.tokens_per_s_per_gpu * n,
-                     "measured_iteration_s": m["iteration_s"], "measured_iteration_times_s": m["all_iteration_times_s"],
+                     "measured_iteration_s": m["iteration_s"],
+                     "measured_iteration_times_s": [t for p in rounds_ for t in p["measured"]["iteration_times_s"]],
+                     "round_errors": [p["benchmark"].tokens_per_s_per_gpu * n / p["measured"]["tokens_per_s"] - 1
+                                      for p in rounds_],
                      "benchmark_iteration_s": bench.iteration_time_s, "simulate_iteration_s": sim.iteration_time_s})
     for r in rows:
         r["benchmark_error"] = r["benchmark_projected"] / r["measured_tokens_per_s"] - 1
         r["simulate_error"] = r["simulate_projected"] / r["measured_tokens_per_s"] - 1
     meas = [r["measured_tokens_per_s"] for r in rows]
     out = {"runs": rows, "profile": profile, "calibration": calibration, "rounds": rounds, "statistic": stat,
+           "pairing": "each run with the benchmark measured just before it, in the same round; the fastest round",
            "benchmark_same_ranking": _rank(meas) == _rank([r["benchmark_projected"] for r in rows]),
            "simulate_same_ranking": _rank(meas) == _rank([r["simulate_projected"] for r in rows]),
            "benchmark_max_abs_error": max(abs(r["benchmark_error"]) for r in rows),

@@ -56,3 +56,38 @@ def test_runner_reports_measured_and_both_projections(monkeypatch, tmp_path):
     assert set(res["runs"][0]) >= {"name", "config", "measured_tokens_per_s", "benchmark_projected",
                                    "simulate_projected"}
 
+
+
+def test_calibrating_two_processes_measures_the_link_and_the_per_collective_cost(tmp_path):
+    import yaml
+
+    from oracle.benchmark.calibrate import calibrate
+    from oracle.hardware import profile_from_dict
+    data, raw = calibrate(base="cpu-host", name="two", world=2, threads=1, device="cpu")
+    links = raw["links"]
+    assert links["latency_s"] > 0 and links["bandwidth_bytes_per_s"] > 0
+    # the probe is a real mean of all-to-alls issued between compute; the per-call cost is what exceeds the link
+    assert links["collective_between_compute_s"] > 0
+    assert links["collective_launch_s"] == pytest.approx(max(0.0, links["collective_between_compute_s"]
+                                                             - links["latency_s"] - 16384 / links["bandwidth_bytes_per_s"]))
+    hw = profile_from_dict(yaml.safe_load(yaml.safe_dump(data)), "two")
+    assert hw.scale_up_domain_size == 2
+    assert hw.efficiency.collective_launch_s == pytest.approx(float(f"{links['collective_launch_s']:.3g}"))
+    assert "all-to-all issued after" in data["efficiency"]["collective_launch_s"]["source"]
+
+
+def test_runner_pairs_each_run_with_the_benchmark_of_its_own_round(monkeypatch, tmp_path):
+    """Per run, the reported measurement is the fastest round's and the projection is the one made from the
+    benchmark of that same round; every round's error is kept."""
+    calls: dict[str, int] = {}
+
+    def fake_run(job):
+        calls[job.name] = calls.get(job.name, 0) + 1
+        tok = {1: 1000.0, 2: 3000.0, 3: 2000.0}[calls[job.name]]  # round 2 is the fastest
+        return {"tokens_per_s": tok, "iteration_s": 1.0, "iteration_times_s": [1.0]}
+    monkeypatch.setattr("raytune_primus.e2e.trainer.run_job", fake_run)
+    res = runner.run_e2e(profile="cpu-host", cache_dir=str(tmp_path), repeats=1, iterations=1, rounds=3,
+                         seq_len=64, log=lambda *a: None)
+    for r in res["runs"]:
+        assert r["measured_tokens_per_s"] == 3000.0 and len(r["round_errors"]) == 3
+        assert r["benchmark_error"] == pytest.approx(r["round_errors"][1])
