@@ -354,7 +354,10 @@ def hardware_digest(hw: HardwareProfile) -> str:
 
 def _is_bundled(name: str, held: Any, names: Any, load: Any) -> bool:
     """``held`` is exactly the bundled component ``name`` (so the name alone identifies it)."""
-    return name in names() and load(name) == held
+    if name not in names():
+        return False
+    bundled = load(name)
+    return bundled is held or bundled == held  # the registry's cached object, usually: no field-by-field compare
 
 
 def _parse_scalar(text: str) -> Any:

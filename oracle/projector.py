@@ -344,9 +344,11 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     else:
         if fast_schedules:
             with ilp_work_budget(ILP_SEARCH_BUDGET):
-                res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=quantized(costs))
+                # only cost-aware orders are built from costs: a fixed order needs no quantised copy
+                plan = quantized(costs) if get_schedule(t.schedule).cost_aware else None
+                res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=plan, timeline=False)
         else:
-            res = run_schedule(t.schedule, pp, vpp, mb, costs)
+            res = run_schedule(t.schedule, pp, vpp, mb, costs, timeline=False)
         makespan = res.makespan_s
         busy = list(res.busy_s)
         in_flight = list(res.peak_activation_bytes)

@@ -62,7 +62,7 @@ def quantized(costs: StageCosts, steps: int = 32) -> StageCosts:
 
 
 def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: StageCosts, *,
-                 plan_costs: StageCosts | None = None) -> PipelineResult:
+                 plan_costs: StageCosts | None = None, timeline: bool = True) -> PipelineResult:
     """Build (cached) and simulate schedule ``name``.
 
     ``plan_costs`` (default ``costs``) are what cost-aware schedules (ilp, the greedy V schedules)
@@ -71,6 +71,7 @@ def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: Sta
     the result is then flagged approximate when the two differ.
     Raises UnknownComponentError for an unknown name and InvalidConfigError (a ValueError) when the
     schedule cannot run this (pp, vpp, num_microbatches), e.g. a V schedule with vpp=1.
+    ``timeline=False``: no per-op start/end times in the result (see :func:`run_compiled`).
     """
     spec = get_schedule(name)
     spec.check(pp, vpp, num_microbatches)
@@ -79,7 +80,7 @@ def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: Sta
     if spec.cost_aware and basis is not costs and basis != costs:
         approximate = True
         note = (note + "; " if note else "") + "order built from quantised costs (search mode), replayed with exact costs"
-    return run_compiled(plan, costs, name=name, approximate=approximate, note=note)
+    return run_compiled(plan, costs, name=name, approximate=approximate, note=note, timeline=timeline)
 
 
 def _vpp_candidates(spec: ScheduleSpec, vpp_options: Iterable[int]) -> list[int]:

@@ -287,8 +287,10 @@ def _check_costs(plan: CompiledOrder, costs: StageCosts) -> None:
 
 
 def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom", approximate: bool = False,
-                 note: str = "") -> PipelineResult:
-    """Simulate a compiled order with ``costs`` (the hot path of the oracle's search loop)."""
+                 note: str = "", timeline: bool = True) -> PipelineResult:
+    """Simulate a compiled order with ``costs`` (the hot path of the oracle's search loop). ``timeline=False``
+    leaves the per-op start/end times out of the result (empty per rank): the projector reads only the
+    makespan, busy times and memory peaks, and the replay is quicker without them."""
     _check_costs(plan, costs)
     pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
     cost_vecs = [list(costs.f_s[r]) + list(costs.b_s[r]) + list(costs.w_s[r])
@@ -306,10 +308,7 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         lat.append(0.0)  # boundary -1: same rank / no dependency
     fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
     free = [0.0] * pp
-    n_ops = plan.rank_offsets[-1]
-    starts = [0.0] * n_ops
-    ends = [0.0] * n_ops
-    for r, slot, key, d1, b1, d2, ci in plan.flat:
+    for r, _slot, key, d1, b1, d2, ci in plan.flat:
         s = free[r]
         f = fin[d1] + lat[b1]
         if f > s:
@@ -317,12 +316,7 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         f = fin[d2]
         if f > s:
             s = f
-        starts[slot] = s
-        e = s + cost[ci]
-        ends[slot] = e
-        fin[key] = e
-        free[r] = e
-
+        fin[key] = free[r] = s + cost[ci]
     makespan = max(free)
     busy = tuple(sum(n * x for n, x in zip(plan.op_counts[r], cost_vecs[r])) for r in range(pp))
     act = np.asarray(costs.act_bytes, dtype=float)
@@ -330,14 +324,27 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
     live = plan.mem_alive - frac * plan.mem_b - (1.0 - frac) * plan.mem_w
     per_sample = (live * act[plan.mem_row_rank]).sum(axis=1)
     peaks = np.maximum.reduceat(per_sample, plan.mem_segments)
-    offs = plan.rank_offsets
     return PipelineResult(
         schedule=name, pp=pp, vpp=vpp, layout=plan.layout, num_microbatches=m, makespan_s=makespan,
         busy_s=busy, bubble_s=tuple(makespan - b for b in busy),
         peak_activation_bytes=tuple(peaks.tolist()), peak_in_flight=plan.peak_in_flight,
-        order=plan.order, start_s=tuple(tuple(starts[offs[r]:offs[r + 1]]) for r in range(pp)),
-        end_s=tuple(tuple(ends[offs[r]:offs[r + 1]]) for r in range(pp)),
+        order=plan.order, **(_timeline(plan, fin, lat) if timeline else {"start_s": ((),) * pp, "end_s": ((),) * pp}),
         approximate=approximate, note=note)
+
+
+def _timeline(plan: CompiledOrder, fin: list[float], lat: list[float]) -> dict[str, tuple[tuple[float, ...], ...]]:
+    """Per-rank start and end times of every op, read back from the replay's finish times: an op ends at its
+    key's finish time and started at the latest of its rank's previous end and its inputs' arrivals (the
+    same floats the replay compared, so the same values)."""
+    n_ops = plan.rank_offsets[-1]
+    starts, ends = [0.0] * n_ops, [0.0] * n_ops
+    prev_end = [0.0] * plan.pp
+    for r, slot, key, d1, b1, d2, _ci in plan.flat:
+        starts[slot] = max(prev_end[r], fin[d1] + lat[b1], fin[d2])
+        ends[slot] = prev_end[r] = fin[key]
+    offs = plan.rank_offsets
+    return {"start_s": tuple(tuple(starts[offs[r]:offs[r + 1]]) for r in range(plan.pp)),
+            "end_s": tuple(tuple(ends[offs[r]:offs[r + 1]]) for r in range(plan.pp))}
 
 
 def simulate(order: Sequence[Sequence[Op]], pp: int, vpp: int, layout: Layout, num_microbatches: int,

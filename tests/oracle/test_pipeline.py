@@ -399,3 +399,18 @@ def test_quantized_plan_costs_keep_everything_but_the_rounding():
         for ra, rb in zip(a, b):
             assert all(abs(x - y) <= step / 2 + 1e-12 for x, y in zip(ra, rb))
     assert P.quantized(c) == q  # equal costs plan once (the cache key)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if not SCHEDULES[n].cost_aware])
+def test_a_replay_without_the_timeline_gives_the_same_makespan_busy_times_and_memory(name):
+    vpp = VPP_OF[name]
+    costs = StageCosts(f_s=((1.0,) * vpp, (1.3,) * vpp, (0.9,) * vpp, (1.1,) * vpp),
+                       b_s=((2.0,) * vpp, (2.2,) * vpp, (1.7,) * vpp, (2.4,) * vpp),
+                       w_s=((0.5,) * vpp, (0.7,) * vpp, (0.4,) * vpp, (0.6,) * vpp),
+                       act_bytes=((1.0 / vpp,) * vpp,) * 4, p2p_s=0.05)
+    full = run_schedule(name, 4, vpp, 8, costs)
+    lean = run_schedule(name, 4, vpp, 8, costs, timeline=False)
+    assert (lean.makespan_s, lean.busy_s, lean.peak_activation_bytes) == (
+        full.makespan_s, full.busy_s, full.peak_activation_bytes)
+    assert lean.start_s == ((),) * 4 and lean.end_s == ((),) * 4
+    assert max(max(e) for e in full.end_s) == pytest.approx(full.makespan_s)
