@@ -121,12 +121,11 @@ def _collective_between_compute(dist: Any, dev: torch.device, rank: int) -> floa
     part of the mean a run pays (a median would hide them)."""
     from oracle.benchmark import torch_layers as tl
     from oracle.benchmark.spec import LayerSpec
-    from oracle.benchmark.timing import supports_bf16
+    from oracle.benchmark.timing import _layer_inputs, supports_bf16
     spec = LayerSpec(**COLLECTIVE_PROBE_LAYER, dtype="bf16" if supports_bf16(dev) else "fp32")
     torch.manual_seed(rank)
     layer = tl.build(spec, dev)
-    xin = torch.randn(spec.mbs, spec.seq_q, spec.hidden, dtype=tl.torch_dtype(spec.dtype), device=dev,
-                      requires_grad=True)
+    (xin,) = _layer_inputs(spec, dev, tl.torch_dtype(spec.dtype))  # the input the layer benchmark times it on
     x = torch.zeros(COLLECTIVE_PROBE_BYTES // 4, dtype=torch.float32, device=dev)
     ts = []
     for i in range(COLLECTIVE_PROBE_CALLS + 10):
