@@ -28,6 +28,10 @@ FP32 = 4
 # DeepEP hides part of dispatch/combine behind the same layer's compute (paper App. B.3; AMD's public
 # code uses 0.65 for its DeepEP overlap efficiency, public-code notes Sec. 2.7).
 DEEPEP_OVERLAP = 0.65
+# Share of the SMs the all-to-all kernels hold while they overlap another micro-batch's compute, which
+# runs that much slower meanwhile (DeepSeek-V3 technical report Sec. 3.2.2: 20 of 132 H800 SMs for
+# communication under DualPipe's forward/backward overlap).
+A2A_OVERLAP_SM_SHARE = 20 / 132
 # Megatron grad-reduce bucket size in elements (DistributedDataParallelConfig.bucket_size default 40M).
 DP_BUCKET_ELEMS = 40_000_000
 
@@ -175,7 +179,31 @@ class LayerModel:
         return CommPart(f_tot, f_exp, b_tot, b_exp, step_f.algorithm)
 
     # ------------------------------------------------------------------ communication of the MLP part
-    def _moe_comm(self, compute_f: float, compute_bw: float, pairs: float) -> dict[str, CommPart]:
+    def _lone_fraction(self) -> float:
+        """Share of forward (and backward) chunks that run without a partner under the merged
+        forward/backward schedule of ``moe_a2a_overlap``: the warm-up forwards and cool-down backwards.
+        PP 1: the first forward and the last backward of ``mb``; interleaved: rank r warms up with
+        (pp - r - 1) * 2 + (vpp - 1) * pp chunks of its mb * vpp (Megatron-Core's interleaved 1F1B),
+        averaged over the ranks."""
+        t = self.t
+        mb = max(1, self.L.num_microbatches)
+        warm = 1.0 if t.pp == 1 else (t.pp - 1) + (t.vpp - 1) * t.pp
+        return min(1.0, warm / (mb * t.vpp))
+
+    def _overlapped_a2a(self, a2a_s: float, cover_s: float) -> float:
+        """Exposed seconds of one direction's dispatch+combine when it overlaps ``cover_s`` of another
+        micro-batch's compute of the same layer: the part the cover cannot hide, plus the slowdown of
+        the hidden part's compute (A2A_OVERLAP_SM_SHARE); lone chunks expose it all."""
+        hidden = min(a2a_s, cover_s)
+        steady = a2a_s - hidden + A2A_OVERLAP_SM_SHARE * hidden
+        u = self._lone_fraction()
+        return u * a2a_s + (1.0 - u) * steady
+
+    def _moe_comm(self, compute_f: float, compute_bw: float, pairs: float,
+                  layer_f: float = 0.0, layer_bw: float = 0.0) -> dict[str, CommPart]:
+        """EP (and ETP) traffic of a MoE layer. ``compute_f``/``compute_bw``: the MoE block's own compute
+        (what DeepEP overlaps inside the layer); ``layer_f``/``layer_bw``: the whole layer's forward and
+        backward (B + W) compute, what ``moe_a2a_overlap`` hides the other direction's all-to-all behind."""
         m, t, H = self.m, self.t, self.m.hidden_size
         comm: dict[str, CommPart] = {}
         if t.ep > 1:
@@ -187,7 +215,10 @@ class LayerModel:
             c = self._coll("all_to_all", "ep", BF16 * per_rank, **kw)
             a2a = d.time_s + c.time_s
             f_exp = b_exp = a2a
-            if deepep:
+            if t.moe_a2a_overlap:  # forward a2a under another micro-batch's backward, and vice versa
+                f_exp = self._overlapped_a2a(a2a, layer_bw)
+                b_exp = self._overlapped_a2a(a2a, layer_f)
+            elif deepep:
                 f_exp = a2a - min(DEEPEP_OVERLAP * a2a, compute_f)
                 b_exp = a2a - min(DEEPEP_OVERLAP * a2a, compute_bw)
             comm["ep_a2a"] = CommPart(a2a, f_exp, a2a, b_exp, d.algorithm)
@@ -238,7 +269,7 @@ class LayerModel:
             moe_f = sum(p[1] for p in priced if p[0].name in ("router", "router_topk")) + sum(p[1] for p in post)
             moe_bw = sum(p[2] + p[3] for p in priced if p[0].name in ("router", "router_topk")) + \
                 sum(p[2] + p[3] for p in post)
-            comm.update(self._moe_comm(moe_f, moe_bw, moe_pairs(m, self.shapes)))
+            comm.update(self._moe_comm(moe_f, moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_bw=b + w))
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
         # host-bound stretches: per forward segment (the dispatcher sync stops the host running ahead)
         # max(device, host); backward has no sync, one stretch. The idle is the excess over the device.

@@ -93,6 +93,14 @@ class TrainingConfig:
     per-expert token counts to size the all-to-all and the grouped GEMMs) and the GPU idles for the
     profile's ``efficiency.moe_sync_stall_s``. Memory is DeepEP's; worst-case receive buffers that a
     sync-free dispatch may size statically are not modelled."""
+    moe_a2a_overlap: bool = False
+    """Overlap the MoE dispatch/combine all-to-all of one micro-batch with the compute of another
+    (Megatron-Core ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``: the forward of
+    one micro-batch and the backward of the previous run merged layer by layer, DeepSeek-V3's
+    DualPipe-style overlap). Needs a MoE model with ep > 1, pp == 1 or the interleaved schedule, and no
+    full recompute. Costs the SMs the communication kernels take while they run (docs/comm.md); the
+    activations in flight stay the schedule's: the paired forward saves layer by layer what the paired
+    backward frees."""
     tp_comm_overlap: bool | Literal["auto"] = "auto"
     """Overlap TP all-gather/reduce-scatter with the adjacent GEMMs (Transformer Engine userbuffers);
     auto = on whenever sequence parallelism is on (as NeMo / Megatron-Bridge perf recipes do)."""

@@ -139,6 +139,26 @@ def check(run: RunConfig) -> list[str]:
         elif t.moe_a2a_backend != "deepep":
             p.append(f"moe_sync_free=true needs moe_a2a_backend=deepep (the sync-free MoE path runs on "
                      f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
+    if t.moe_a2a_overlap:
+        p += _a2a_overlap_problems(run)
+    return p
+
+
+def _a2a_overlap_problems(run: RunConfig) -> list[str]:
+    """moe_a2a_overlap: Megatron-LM's argument checks for --overlap-moe-expert-parallel-comm
+    (megatron/training/arguments.py, Megatron-Core 0.14+): EP > 1, no full recompute, PP 1 or interleaved."""
+    t, m = run.training, run.model
+    if not m.is_moe:
+        return [f"moe_a2a_overlap=true needs a MoE model; {m.name} is dense"]
+    p = []
+    if t.ep <= 1:
+        p.append("moe_a2a_overlap=true needs ep > 1 (with ep=1 there is no all-to-all to overlap)")
+    if t.recompute == "full":
+        p.append("moe_a2a_overlap=true does not run with recompute=full (Megatron refuses the pair); "
+                 "use recompute=none or selective")
+    if t.pp > 1 and t.schedule != "interleaved":
+        p.append(f"moe_a2a_overlap=true with pp={t.pp} needs the interleaved schedule (vpp > 1; Megatron merges "
+                 f"forward and backward only there or at pp=1), got pp_schedule={t.schedule}")
     return p
 
 

@@ -205,6 +205,10 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
                 put("turbo_sync_free_moe_stage", 2)  # Primus-Turbo sync-free MoE (stage >= 2 needs DeepEP)
             else:
                 unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's, not upstream Megatron-LM's"))
+    done.add("moe_a2a_overlap")
+    if t.moe_a2a_overlap:  # Megatron-Core 0.14+: merged forward/backward with the EP all-to-all overlapped
+        put("overlap_moe_expert_parallel_comm", True)
+        put("delay_wgrad_compute", True)
     done.add("loss_fusion")
     if t.loss_fusion:
         put("cross_entropy_loss_fusion", True)
@@ -303,6 +307,9 @@ def _torchtitan(run: RunConfig) -> Export:
         unsup.append(("moe_a2a_backend", "deepep", "TorchTitan dispatches with all-to-all (no DeepEP option)"))
     if run.model.is_moe and t.moe_sync_free:
         unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's"))
+    done.add("moe_a2a_overlap")
+    if t.moe_a2a_overlap:
+        unsup.append(("moe_a2a_overlap", True, "TorchTitan has no merged forward/backward all-to-all overlap"))
     if not t.loss_fusion:
         unsup.append(("loss_fusion", False, "TorchTitan has no switch for it"))
     _rest(run, ex, done)

@@ -264,7 +264,8 @@ def _describe(config: Mapping[str, Any]) -> str:
     keys = ("tp", "pp", "vpp", "cp", "ep", "mbs", "pp_schedule", "recompute", "precision")
     out = [f"{k}={t[k]}" for k in keys if k in t]
     if t.get("ep", 1) > 1 or t.get("moe_a2a_backend") == "deepep":  # the MoE levers (paper App. H)
-        out.append(f"dispatcher={t.get('moe_a2a_backend', 'alltoall')}" + ("+sync-free" if t.get("moe_sync_free") else ""))
+        out.append(f"dispatcher={t.get('moe_a2a_backend', 'alltoall')}" + ("+sync-free" if t.get("moe_sync_free") else "")
+                   + ("+a2a-overlap" if t.get("moe_a2a_overlap") else ""))
     return " ".join(out)
 
 

@@ -74,6 +74,7 @@ vpp=8) stays reachable."""
 _PREFERRED_ORDER: tuple[str, ...] = (
     "tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len",
     "recompute", "recompute_num_layers", "precision", "fp8_activations", "moe_a2a_backend", "moe_sync_free",
+    "moe_a2a_overlap",
     "use_distributed_optimizer", "fsdp", "overlap_grad_reduce", "overlap_param_gather",
     "sequence_parallel", "loss_fusion", "moe_imbalance", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",

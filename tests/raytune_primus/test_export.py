@@ -46,7 +46,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     for flag in ("sequence-parallel", "bf16", "use-distributed-optimizer", "overlap-grad-reduce",
                  "overlap-param-gather", "tp-comm-overlap", "use-torch-fsdp2", "grad-reduce-in-bf16",
                  "moe-enable-deepep", "cross-entropy-loss-fusion", "account-for-embedding-in-pipeline-split",
-                 "account-for-loss-in-pipeline-split"):
+                 "account-for-loss-in-pipeline-split", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute"):
         p.add_argument(f"--{flag}", action="store_true")
     return p
 
@@ -124,6 +124,17 @@ def test_unsupported_options_are_listed_not_dropped():
     assert "pp_schedule" not in comments(primus)  # Primus runs ZB-V itself
     tt = export_run(run, "torchtitan")
     assert "moe_a2a_backend=deepep" in comments(tt) and "moe_sync_free=true" in comments(tt)
+
+
+def test_moe_a2a_overlap_exports_megatrons_two_flags():
+    run = tiny(pp=2, vpp=2, moe_a2a_overlap=True)
+    a = parse_megatron(export_run(run, "megatron"))
+    assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
+    off = parse_megatron(export_run(tiny(pp=2, vpp=2), "megatron"))
+    assert not off.overlap_moe_expert_parallel_comm and not off.delay_wgrad_compute
+    o = yaml.safe_load(export_run(run, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert o["overlap_moe_expert_parallel_comm"] is True and o["delay_wgrad_compute"] is True
+    assert "moe_a2a_overlap=true" in comments(export_run(run, "torchtitan"))
 
 
 def test_primus_yaml_round_trip():
