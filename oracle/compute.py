@@ -190,7 +190,7 @@ class LayerModel:
         warm = 1.0 if t.pp == 1 else (t.pp - 1) + (t.vpp - 1) * t.pp
         return min(1.0, warm / (mb * t.vpp))
 
-    def _overlapped_a2a(self, a2a_s: float, cover_s: float) -> float:
+    def overlapped_a2a_s(self, a2a_s: float, cover_s: float) -> float:
         """Exposed seconds of one direction's dispatch+combine when it overlaps ``cover_s`` of another
         micro-batch's compute of the same layer: the part the cover cannot hide, plus the slowdown of
         the hidden part's compute (A2A_OVERLAP_SM_SHARE); lone chunks expose it all."""
@@ -216,8 +216,8 @@ class LayerModel:
             a2a = d.time_s + c.time_s
             f_exp = b_exp = a2a
             if t.moe_a2a_overlap:  # forward a2a under another micro-batch's backward, and vice versa
-                f_exp = self._overlapped_a2a(a2a, layer_bw)
-                b_exp = self._overlapped_a2a(a2a, layer_f)
+                f_exp = self.overlapped_a2a_s(a2a, layer_bw)
+                b_exp = self.overlapped_a2a_s(a2a, layer_f)
             elif deepep:
                 f_exp = a2a - min(DEEPEP_OVERLAP * a2a, compute_f)
                 b_exp = a2a - min(DEEPEP_OVERLAP * a2a, compute_bw)

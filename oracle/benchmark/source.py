@@ -197,8 +197,14 @@ class MeasuredLayerModel:
         extra: dict[str, Any] = {f: 0.0 for f in ("host_f_s", "host_b_s") if hasattr(c, f)}
         if hasattr(c, "ops"):
             extra["ops"] = ()  # the analytical op graph's prices do not describe a measured layer
+        comm = self._anchored(c.comm)
+        a2a = comm.get("ep_a2a")
+        if a2a is not None and self.run.training.moe_a2a_overlap:
+            # the merged forward/backward hides each direction behind the other's measured compute
+            comm["ep_a2a"] = dataclasses.replace(a2a, f_exposed_s=self.sim.overlapped_a2a_s(a2a.f_total_s, s.b_s + s.w_s),
+                                                 b_exposed_s=self.sim.overlapped_a2a_s(a2a.b_total_s, s.f_s))
         return dataclasses.replace(c, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s, attn_f_s=s.attn_f_s or c.attn_f_s,
-                                   comm=self._anchored(c.comm), **extra)
+                                   comm=comm, **extra)
 
     def embedding(self) -> tuple[float, float]:
         m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "embedding"))

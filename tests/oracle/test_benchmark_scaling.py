@@ -162,6 +162,22 @@ def test_ep_upscale_adds_target_a2a_and_keeps_expert_compute():
     assert src.layer_model(L, comm).layer("moe").f_s == pytest.approx(m.f_s)  # tp=etp=1: compute kept verbatim
 
 
+def test_a2a_overlap_hides_the_target_a2a_behind_the_measured_compute():
+    """moe_a2a_overlap in benchmark mode: the cover is the measured layer compute, not the analytical."""
+    off_run = _run(gpus=32, pp=2, vpp=2, ep=8)
+    on_run = dataclasses.replace(off_run, training=off_run.training.replace(moe_a2a_overlap=True))
+    L, comm = Layout(on_run), comm_model(on_run.cluster.hardware, 32)
+    for scale in (1.0, 1e-3):  # measured compute far above / far below the all-to-all
+        lm = _source(on_run, scale=scale).layer_model(L, comm)
+        c = lm.layer("moe")
+        part = c.comm["ep_a2a"]
+        assert part.f_exposed_s == pytest.approx(lm.sim.overlapped_a2a_s(part.f_total_s, c.b_s + c.w_s))
+        assert part.b_exposed_s == pytest.approx(lm.sim.overlapped_a2a_s(part.b_total_s, c.f_s))
+        off = _source(off_run, scale=scale).layer_model(Layout(off_run), comm).layer("moe").comm["ep_a2a"]
+        assert part.f_exposed_s <= off.f_exposed_s and part.b_exposed_s <= off.b_exposed_s
+    assert _source(on_run).project(on_run).iteration_time_s < _source(off_run).project(off_run).iteration_time_s
+
+
 def test_pp_upscale_resimulates_the_target_schedule():
     run = _run("tiny-dense", gpus=4, pp=4, gbs=16)
     flat = _run("tiny-dense", gpus=1, pp=1, gbs=16)
