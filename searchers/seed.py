@@ -50,6 +50,8 @@ def _moves(space: SearchSpace, anchor: Mapping[str, Any] | None = None) -> list[
             moves.append((f"moe_a2a_backend={b}", {"moe_a2a_backend": b}))
         # paper App. H MoE priority: (1) DeepEP, (2) sync-free MoE
         moves.append(("moe_sync_free=true", {"moe_a2a_backend": "deepep", "moe_sync_free": True}))
+        if True in space.values.get("moe_a2a_overlap", ()):  # searched only when restricted in (docs/search.md)
+            moves.append(("moe_a2a_overlap=true", {"moe_a2a_overlap": True}))
     if t.pp > 1:
         moves.append(("pp_schedule=1f1b", {"pp_schedule": "1f1b", "vpp": 1}))
         for v in (2, 3, 4):

@@ -74,3 +74,15 @@ def test_seed_llm_measures_number_formats_last_on_the_best_seed_point(tiny, tmp_
     best = max((r for r in rows[:first] if r["tokens_per_s_per_gpu"]), key=lambda r: r["tokens_per_s_per_gpu"])
     laid = {k: v for k, v in json.loads(rows[first]["config"]).items() if k != "precision"}
     assert laid == {k: v for k, v in json.loads(best["config"]).items() if k != "precision"}
+
+
+def test_a2a_overlap_move_only_when_the_axis_is_restricted_in():
+    from oracle.config import RunConfig
+    from searchers.space import SearchSpace
+
+    base = RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": "gb200-nvl72", "num_gpus": 8},
+                                "training": {"seq_len": 4096, "gbs": 512, "mbs": 4, "ep": 8, "precision": "fp8"}})
+    assert "moe_a2a_overlap=true" not in [c.note for c in seed_plan(SearchSpace(base))]
+    plan = seed_plan(SearchSpace(base, restrict={"moe_a2a_overlap": [False, True]}))
+    move = next(c for c in plan if c.note == "moe_a2a_overlap=true")
+    assert move.meta["move"] == {"moe_a2a_overlap": True} and move.values["moe_a2a_overlap"] is True
