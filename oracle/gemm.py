@@ -15,6 +15,11 @@ from oracle.hardware import HardwareProfile
 # largest tile. Smaller tiles re-read operands more often per FLOP (arithmetic intensity ~ tm*tn/(tm+tn));
 # engineering estimate from CUTLASS/hipBLASLt tile sweeps: 128x128 loses ~10%, 64x128 ~25%.
 TILES: tuple[tuple[int, int, float], ...] = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9), (64, 128, 0.75))
+# Grouped GEMMs (a MoE layer's local experts) run as one GEMM per group, launched round-robin on this
+# many CUDA/HIP streams: Transformer Engine's GroupedLinear (Megatron-Core TEGroupedMLP) calls
+# nvte_multi_stream_cublas_gemm with nvte_get_num_compute_streams() = 4. Concurrent kernels share the
+# compute units, so each batch of 4 groups fills its own waves; the next batch starts after it.
+GROUPED_GEMM_STREAMS = 4
 ATTN_BLOCK_Q = 128  # FlashAttention-2/3 query block per thread block (Dao 2023; Shah et al. 2024)
 
 
@@ -41,7 +46,8 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     """Time of ``groups`` independent (grouped) GEMMs of C[m x n] = A[m x k] B[k x n].
 
     time = max(waves * tile_flops / (per-unit peak * eff), operand bytes / achievable HBM BW),
-    with waves = ceil(groups * ceil(m/tm) * ceil(n/tn) / num_units), minimised over tiles, and
+    with waves = ceil(g * ceil(m/tm) * ceil(n/tn) / num_units) per batch of g <= GROUPED_GEMM_STREAMS
+    concurrent groups, summed over the batches and minimised over tiles, and
     eff = max_eff(dtype) * tile_factor * k / (k + k_half).
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
@@ -52,9 +58,16 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
     best = float("inf")
+    batches, rest = divmod(groups, GROUPED_GEMM_STREAMS)
+    if batches == 0:
+        batches, rest = 1, 0
+        per_batch = groups
+    else:
+        per_batch = GROUPED_GEMM_STREAMS
+    units = hw.num_compute_units
     for tm, tn, tile_eff in TILES:
-        tiles = groups * ceil(m / tm) * ceil(n / tn)
-        waves = ceil(tiles / hw.num_compute_units)
+        tiles = ceil(m / tm) * ceil(n / tn)
+        waves = batches * ceil(per_batch * tiles / units) + (ceil(rest * tiles / units) if rest else 0)
         t = waves * (2.0 * tm * tn * k) / (peak_per_unit * max_eff * tile_eff * k_factor)
         best = min(best, t)
     elem = ELEM_BYTES.get(dtype, 2)

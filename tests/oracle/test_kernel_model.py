@@ -111,6 +111,25 @@ def test_grouped_gemm_with_fewer_tokens_per_expert_is_never_faster_per_token(hw,
     assert large <= small * (1 + 1e-12)
 
 
+def test_grouped_gemms_run_in_batches_of_the_streams_transformer_engine_uses():
+    """TE GroupedLinear: one GEMM per group on GROUPED_GEMM_STREAMS concurrent streams. A batch of
+    that many groups shares its waves; the batches follow one another; more groups never cost less
+    per group, and every batch is at least as fast as its groups run one by one."""
+    from oracle.gemm import GROUPED_GEMM_STREAMS as S
+
+    h = load_hardware("b200")
+    m, n, k = 1024, 4096, 7168  # a DeepSeek-V3 expert fc1 at EP 8, MBS 1: 128 tiles on 148 SMs
+    one = gemm_time_s(h, m, n, k, "fp8", 1)
+    batch = gemm_time_s(h, m, n, k, "fp8", S)
+    assert gemm_time_s(h, m, n, k, "fp8", 8 * S) == pytest.approx(8 * batch)
+    assert gemm_time_s(h, m, n, k, "fp8", 8 * S + 1) >= (8 * batch + one) * (1 - 1e-12)  # one tile shape for all
+    assert batch <= S * one
+    for g in (1, 2, 3, S, S + 1, 2 * S, 32, 33):
+        assert gemm_time_s(h, m, n, k, "fp8", g + 1) >= gemm_time_s(h, m, n, k, "fp8", g)
+    # 32 local experts lose the tail packing one GEMM of all their tokens gets (32 vs 28 waves here)
+    assert gemm_time_s(h, m, n, k, "fp8", 32) > 1.1 * gemm_time_s(h, 32 * m, n, k, "fp8", 1)
+
+
 def test_small_m_gemms_run_far_below_the_large_gemm_rate():
     """A 256-token expert GEMM runs at a fraction of a large GEMM's FLOP rate (tiles underfill the SMs)."""
     h = load_hardware("b200")
