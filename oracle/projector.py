@@ -74,8 +74,13 @@ def _add(d: dict[str, float], k: str, v: float) -> None:
         d[k] = d.get(k, 0.0) + v
 
 
-def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: int) -> _Chunk:
-    m, t = run.model, run.training
+_ChunkKey = tuple[tuple[tuple[tuple[str, int | None, bool], int], ...], bool, bool, int]
+"""What a (rank, chunk)'s costs depend on besides the run: its layer groups (kind, window, replayed by full
+recompute) with their counts in layer order, embedding, output (loss), MTP modules."""
+
+
+def _chunk_key(run: RunConfig, L: Layout, rank: int, chunk: int) -> _ChunkKey:
+    m = run.model
     layers = L.stage_layers[rank][chunk]
     n_rec = L.recomputed_layers(rank, chunk)
     # identical layers cost the same: group by (kind, window, replayed by full recompute)
@@ -83,10 +88,22 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
     for j, i in enumerate(layers):
         key = (m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None, j < n_rec)
         groups[key] = groups.get(key, 0) + 1
+    st = L.stage(rank, chunk)
+    return tuple(groups.items()), st.embedding, st.loss, st.mtp
+
+
+def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: int) -> _Chunk:
+    return _priced_chunk(run, lm, _chunk_key(run, L, rank, chunk))
+
+
+def _priced_chunk(run: RunConfig, lm: LayerModel, key: _ChunkKey) -> _Chunk:
+    """The costs of a (rank, chunk) with layers, embedding, output and MTP modules ``key`` (see _chunk_key)."""
+    m, t = run.model, run.training
+    groups, has_embedding, has_output, n_mtp = key
     f = b = w = rec = comm_f = host_f = host_rec = host_b = 0.0
     exp: dict[str, float] = {}
     tot: dict[str, float] = {}
-    for (kind, window, replayed), n in groups.items():
+    for (kind, window, replayed), n in groups:
         c = lm.layer(kind, window)
         f += n * c.f_s
         b += n * c.b_s
@@ -111,17 +128,16 @@ def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: in
                 _add(exp, k, n * c.comm[k].f_exposed_s)
                 _add(tot, k, n * c.comm[k].f_total_s)
     comm_b = sum(exp.values()) - comm_f
-    if L.has_embedding(rank, chunk):
+    if has_embedding:
         ef, eb = lm.embedding()
         f += ef
         b += eb
     of = ob = ow = 0.0
-    if L.has_output(rank, chunk):
+    if has_output:
         of, ob, ow = lm.output()
         f, b, w = f + of, b + ob, w + ow
-    n_mtp = L.mtp_modules(rank, chunk)  # with the loss, or on a stage of its own (layout string)
-    if n_mtp:  # MTP modules: one extra decoder layer + output head each (DeepSeek-V3)
-        if not L.has_output(rank, chunk):
+    if n_mtp:  # MTP modules (with the loss, or on a stage of their own): one extra decoder layer + output head each
+        if not has_output:
             of, ob, ow = lm.output()
         kind = "moe" if m.is_moe else "dense"
         c = lm.layer(kind, None)
@@ -196,7 +212,18 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     comm = comm_model(run.cluster.hardware, run.cluster.num_gpus)
     lm = src.layer_model(L, comm)
     pp, vpp = t.pp, t.vpp
-    chunks = [[_chunk_costs(run, L, lm, r, c) for c in range(vpp)] for r in range(pp)]
+    # chunks with the same layers, embedding, loss and MTP modules cost the same: price each kind once
+    priced: dict[_ChunkKey, _Chunk] = {}
+    chunks = []
+    for r in range(pp):
+        row = []
+        for c in range(vpp):
+            key = _chunk_key(run, L, r, c)
+            hit = priced.get(key)
+            if hit is None:
+                hit = priced[key] = _priced_chunk(run, lm, key)
+            row.append(hit)
+        chunks.append(row)
     spec = get_schedule(t.schedule)
     split = spec.splits_bw
     edges, p2p_algo = _p2p_edges(run, L, comm)
