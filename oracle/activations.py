@@ -151,12 +151,22 @@ class Shape:
     assumptions: MemoryAssumptions
 
 
+_LAST_SHAPE: tuple = (None, None, None)
+"""(training, assumptions, Shape) of the latest shape_of call: a projection asks for the same shape several times."""
+
+
 def shape_of(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT) -> Shape:
+    global _LAST_SHAPE
     t, a = run.training, assumptions
+    last = _LAST_SHAPE
+    if last[0] is t and last[1] is a:  # the same (immutable) objects: the same shape
+        return last[2]
     tokens = t.mbs * t.seq_len / t.cp
-    graph = replace(Shapes.of(run), flash_attention=a.flash_attention, dropout=a.dropout,
-                    router_saved_bytes=FP32 if a.router_fp32 else BF16)
-    return Shape(graph=graph, tokens=tokens, seq_tokens=tokens / t.tp if t.sp else tokens, assumptions=a)
+    graph = Shapes.of(run, flash_attention=a.flash_attention, dropout=a.dropout,
+                      router_saved_bytes=FP32 if a.router_fp32 else BF16)
+    shape = Shape(graph=graph, tokens=tokens, seq_tokens=tokens / t.tp if t.sp else tokens, assumptions=a)
+    _LAST_SHAPE = (t, a, shape)
+    return shape
 
 
 # ---------------------------------------------------------------------------------- parameters

@@ -185,6 +185,16 @@ class Layout:
         return self.stage(rank, chunk).mtp
 
 
+def placement_key(run: RunConfig) -> tuple:
+    """Everything that decides what each (rank, chunk) of ``run`` holds: its decoder layers, embedding, loss
+    and MTP modules (:func:`assignment_of` and the schedule's layout) and how many of its layers full
+    recompute replays (:meth:`Layout.recomputed_layers`). Tables derived from these alone cache on it."""
+    t = run.training
+    return (run.model, t.pp, t.vpp, t.schedule, t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers,
+            t.pipeline_model_parallel_layout, t.account_for_embedding_in_pipeline_split,
+            t.account_for_loss_in_pipeline_split, t.recompute, t.recompute_num_layers)
+
+
 def assignment_of(run: RunConfig) -> PipelineAssignment:
     """The pipeline layer assignment of ``run`` from its layout keys (:func:`oracle.pipeline_layout.assign`)."""
     t, m = run.training, run.model

@@ -16,7 +16,7 @@ from oracle.activations import (BF16, DEFAULT, DEFAULT_SELECTIVE, FP32, Block, B
                                 blocks, layer_activation_bytes, shape_of)
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
-from oracle.layout import Layout
+from oracle.layout import Layout, placement_key
 from oracle.pipeline.schedules import get_schedule
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
 
@@ -68,9 +68,7 @@ _PLANS: dict[tuple, tuple[tuple[_Chunk, ...], ...]] = {}
 def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
     """Per rank, per chunk: layer kinds and recompute policy (cached; no per-layer work on a hit)."""
     t = run.training
-    key = (run.model, t.pp, t.vpp, t.schedule, t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers,
-           t.pipeline_model_parallel_layout, t.account_for_embedding_in_pipeline_split,
-           t.account_for_loss_in_pipeline_split, t.recompute, t.recompute_num_layers)
+    key = placement_key(run)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan

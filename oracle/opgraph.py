@@ -22,8 +22,9 @@ Shapes follow Megatron-Core: T = mbs*seq/cp tokens per rank; TP-split GEMMs see 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 BF16 = 2
 FP32 = 4
@@ -153,12 +154,14 @@ class Shapes:
     """Saved tensors only: router logits / probabilities in fp32 (Megatron moe_router_dtype=fp32)."""
 
     @classmethod
-    def of(cls, run) -> "Shapes":
+    def of(cls, run, **saved_tensor_assumptions: Any) -> "Shapes":
+        """The shapes of ``run``; keywords set the saved-tensor fields (flash_attention, dropout,
+        router_saved_bytes) instead of their defaults."""
         t = run.training
         T = t.mbs * t.seq_len // t.cp
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
                    seq_len=t.seq_len, dtype=t.gemm_dtype, moe_imbalance=t.moe_imbalance,
-                   saved_gemm_bytes=FP8 if t.fp8_activations else BF16)
+                   saved_gemm_bytes=FP8 if t.fp8_activations else BF16, **saved_tensor_assumptions)
 
 
 def kv_heads_per_rank(card, tp: int) -> float:
@@ -350,7 +353,21 @@ def dense_mlp_block_ops(card, s: Shapes) -> list[Op]:
 
 
 def layer_ops(card, s: Shapes, kind: str, window: int | None = None) -> list[Op]:
-    """Every op of one decoder layer (``kind`` 'dense' or 'moe') for one micro-batch on one rank."""
+    """Every op of one decoder layer (``kind`` 'dense' or 'moe') for one micro-batch on one rank.
+
+    Built once per (card, shapes, kind, window): the timing and the memory models both walk it."""
+    try:
+        return list(_layer_ops(card, s, kind, window))
+    except TypeError:  # an unhashable card: build it uncached
+        return _build_layer_ops(card, s, kind, window)
+
+
+@lru_cache(maxsize=4096)
+def _layer_ops(card, s: Shapes, kind: str, window: int | None) -> tuple[Op, ...]:
+    return tuple(_build_layer_ops(card, s, kind, window))
+
+
+def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]:
     mlp = moe_ops(card, s) if kind == "moe" else dense_mlp_block_ops(card, s)
     return attention_ops(card, s, window) + mlp
 

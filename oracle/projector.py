@@ -22,7 +22,7 @@ from oracle.errors import BenchmarkError, InvalidConfigError
 from oracle.flops import FLOP_FORMULA, model_flops_per_token
 from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
-from oracle.layout import Layout
+from oracle.layout import Layout, placement_key
 from oracle.memory import chunk_activation_shares, project_memory, rank_param_counts
 from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule
 from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
@@ -90,6 +90,26 @@ def _chunk_key(run: RunConfig, L: Layout, rank: int, chunk: int) -> _ChunkKey:
         groups[key] = groups.get(key, 0) + 1
     st = L.stage(rank, chunk)
     return tuple(groups.items()), st.embedding, st.loss, st.mtp
+
+
+_CHUNK_KINDS: dict[tuple, tuple[tuple[_ChunkKey, ...], tuple[tuple[int, ...], ...]]] = {}
+
+
+def _chunk_kinds(run: RunConfig, L: Layout) -> tuple[tuple[_ChunkKey, ...], tuple[tuple[int, ...], ...]]:
+    """The distinct chunk keys of ``run`` and, per rank and chunk, the index of its key (cached on
+    ``placement_key``: chunks with the same key cost the same, so each is priced once per projection)."""
+    key = placement_key(run)
+    hit = _CHUNK_KINDS.get(key)
+    if hit is not None:
+        return hit
+    t = run.training
+    index: dict[_ChunkKey, int] = {}
+    rows = tuple(tuple(index.setdefault(_chunk_key(run, L, r, c), len(index)) for c in range(t.vpp))
+                 for r in range(t.pp))
+    if len(_CHUNK_KINDS) > 4096:
+        _CHUNK_KINDS.clear()
+    hit = _CHUNK_KINDS[key] = (tuple(index), rows)
+    return hit
 
 
 def _chunk_costs(run: RunConfig, L: Layout, lm: LayerModel, rank: int, chunk: int) -> _Chunk:
@@ -211,19 +231,10 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     L = Layout(run)
     comm = comm_model(run.cluster.hardware, run.cluster.num_gpus)
     lm = src.layer_model(L, comm)
-    pp, vpp = t.pp, t.vpp
     # chunks with the same layers, embedding, loss and MTP modules cost the same: price each kind once
-    priced: dict[_ChunkKey, _Chunk] = {}
-    chunks = []
-    for r in range(pp):
-        row = []
-        for c in range(vpp):
-            key = _chunk_key(run, L, r, c)
-            hit = priced.get(key)
-            if hit is None:
-                hit = priced[key] = _priced_chunk(run, lm, key)
-            row.append(hit)
-        chunks.append(row)
+    kinds, rows = _chunk_kinds(run, L)
+    priced = [_priced_chunk(run, lm, key) for key in kinds]
+    chunks = [[priced[i] for i in row] for row in rows]
     spec = get_schedule(t.schedule)
     split = spec.splits_bw
     edges, p2p_algo = _p2p_edges(run, L, comm)
