@@ -33,6 +33,12 @@ from oracle.pipeline.types import Layout, Op, stage_map, virtual_stage
 KIND_CODES: tuple[str, ...] = ("F", "B", "W", "BW")
 _KIND_CODE = {k: i for i, k in enumerate(KIND_CODES)}
 _DEP_CLASS = np.array([0, 1, 2, 1], dtype=np.int64)  # BW completes the "B" of its stage for its consumers
+_COUNT_ROW = np.array([0, 1, 2, 0], dtype=np.int64)
+"""Memory-table count each kind moves (F, BW: alive; B: released by B; W: released by W)..."""
+_COUNT_STEP = np.array([1, 1, 1, -1], dtype=np.int32)
+"""... and by how much (BW frees a micro-batch F made alive)."""
+_LIVE_STEP = np.array([1, 0, -1, -1], dtype=np.int32)
+"""Change in the chunks alive on the rank (F adds one; W or BW frees it)."""
 _MAX_ROUNDS = 64
 """Relaxation sweeps before giving up on the fast path (pipeline orders settle in one to three)."""
 _OP_TABLES: dict[int, list[Op]] = {}
@@ -124,20 +130,20 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
 
     # memory samples after every F: per-chunk counts of F - BW (alive), B and W so far on the rank, and
     # the chunks alive (F - BW - W); one running sum over all ranks, minus its value at the rank's start
-    alive_delta = is_f.astype(np.float64) - (kind == 3)
-    delta = np.zeros((n + 1, 3 * vpp + 1), dtype=np.float64)
-    at = np.arange(n) + 1
-    delta[at, chunk] = alive_delta
-    delta[at, vpp + chunk] = kind == 1
-    delta[at, 2 * vpp + chunk] = kind == 2
-    delta[1:, 3 * vpp] = alive_delta - (kind == 2)
-    np.cumsum(delta, axis=0, out=delta)
+    # (a row per count, so each running sum runs along contiguous memory; counts are exact in int32)
+    delta = np.zeros((3 * vpp + 1, n + 1), dtype=np.int32)
+    at = np.arange(1, n + 1)
+    flat_delta = delta.reshape(-1)
+    # each op moves its own count (F, BW: alive; B; W) and the live chunks (F +1; W, BW -1)
+    flat_delta[(_COUNT_ROW[kind] * vpp + chunk) * (n + 1) + at] = _COUNT_STEP[kind]
+    flat_delta[3 * vpp * (n + 1) + at] = _LIVE_STEP[kind]
+    np.cumsum(delta, axis=1, dtype=np.int32, out=delta)
     f_rows = np.flatnonzero(is_f)
-    sampled = delta[f_rows + 1] - delta[offsets[rank[f_rows]]]
-    mem_alive = np.ascontiguousarray(sampled[:, :vpp])
-    mem_b = np.ascontiguousarray(sampled[:, vpp:2 * vpp])
-    mem_w = np.ascontiguousarray(sampled[:, 2 * vpp:3 * vpp])
-    live = sampled[:, 3 * vpp]
+    sampled = (delta[:, f_rows + 1] - delta[:, offsets[rank[f_rows]]]).astype(np.float64)
+    mem_alive = np.ascontiguousarray(sampled[:vpp].T)
+    mem_b = np.ascontiguousarray(sampled[vpp:2 * vpp].T)
+    mem_w = np.ascontiguousarray(sampled[2 * vpp:3 * vpp].T)
+    live = sampled[3 * vpp]
     n_f = np.bincount(rank[f_rows], minlength=pp)
     segments = np.zeros(pp, dtype=np.intp)
     np.cumsum(n_f[:-1], out=segments[1:])
@@ -145,9 +151,9 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
     op_counts = np.bincount(gci, minlength=pp * 4 * vpp).reshape(pp, 4 * vpp)
     with _collector_paused():
         order = tuple(array_to_ops(ops[offsets[r]:offsets[r + 1]], vpp) for r in range(pp))
-        flat = flat_rows(rank, own, d1, b1, d2, gci, perm)
+        steps = flat_rows(rank, own, d1, b1, d2, gci, perm)
     return dict(
-        order=order, flat=flat,
+        order=order, steps=steps, step_slots=perm.astype(np.intp),
         rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * n_stages,
         op_counts=tuple(tuple(row) for row in op_counts.tolist()),
         mem_row_rank=rank[f_rows].astype(np.intp), mem_alive=mem_alive, mem_b=mem_b, mem_w=mem_w,
@@ -169,11 +175,10 @@ def _collector_paused() -> Iterator[None]:
 
 
 def flat_rows(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray, d2: np.ndarray,
-              gci: np.ndarray, perm: np.ndarray) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
-    """The timed pass's table from per-slot columns (slot = rank offset + position) and an evaluation
-    order ``perm``: one int tuple per op, (rank, slot, key, dep1, boundary1, dep2, cost index)."""
-    return tuple(zip(*(col[perm].tolist() for col in (rank, np.arange(len(own), dtype=np.int64), own, d1, b1, d2,
-                                                      gci))))
+              gci: np.ndarray, perm: np.ndarray) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    """The timed pass's steps from per-slot columns (slot = rank offset + position) and an evaluation
+    order ``perm`` (the steps' slots): one int tuple per op, (rank, key, dep1, boundary1, dep2, cost index)."""
+    return tuple(zip(*(col[perm].tolist() for col in (rank, own, d1, b1, d2, gci))))
 
 
 def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.ndarray, n: int,
@@ -189,25 +194,26 @@ def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.nda
     s2 = slot_of[d2]
     tick = np.full(n + 1, -1, dtype=np.int64)
     pp = len(offsets) - 1
-    bounds = [(int(offsets[r]), int(offsets[r + 1])) for r in range(pp)]
-    neg_pos = [-np.arange(hi - lo, dtype=np.int64) for lo, hi in bounds]
-    sweep = list(range(pp)) + list(range(pp - 2, 0, -1))
+    # per non-empty rank (the slices made once): its ticks (a view), its dependencies' slots, its positions
+    ranks = []
+    for r in range(pp):
+        lo, hi = int(offsets[r]), int(offsets[r + 1])
+        if lo < hi:
+            pos = np.arange(hi - lo, dtype=np.int64)
+            ranks.append((tick[lo:hi], s1[lo:hi], s2[lo:hi], 1 - pos, pos))
+    sweep = ranks + ranks[-2:0:-1]
     for _ in range(_MAX_ROUNDS):
         changed = False
-        for r in sweep:
-            lo, hi = bounds[r]
-            if lo == hi:
-                continue
+        for cur, dep1, dep2, one_minus_pos, pos in sweep:
             # tick[i] = max(tick[rank predecessor] + 1, deps + 1) = pos + running max of (deps + 1 - pos)
-            ext = np.maximum(tick[s1[lo:hi]], tick[s2[lo:hi]])
-            ext += 1
-            ext += neg_pos[r]
+            ext = np.maximum(tick[dep1], tick[dep2])
+            ext += one_minus_pos
             np.maximum.accumulate(ext, out=ext)
-            ext -= neg_pos[r]
+            ext += pos
             if ext[-1] >= n:
                 return None  # a level beyond the op count: the graph has a cycle (deadlock)
-            if not np.array_equal(ext, tick[lo:hi]):
-                tick[lo:hi] = ext
+            if (ext != cur).any():
+                cur[:] = ext
                 changed = True
         if not changed:
             return np.argsort(tick[:n], kind="stable")

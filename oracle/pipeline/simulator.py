@@ -50,10 +50,12 @@ class CompiledOrder:
     layout: Layout
     num_microbatches: int
     order: tuple[tuple[Op, ...], ...]
-    flat: tuple[tuple[int, int, int, int, int, int, int], ...]
+    steps: tuple[tuple[int, int, int, int, int, int], ...]
     """Every op once, in an order where its dependencies and its rank predecessor come first:
-    (rank, slot = rank offset + position, key, dep1, boundary1, dep2, global cost index); -1 entries
-    hit sentinels (finish time 0, latency 0), so the time pass has no branches on them."""
+    (rank, key, dep1, boundary1, dep2, global cost index); -1 entries hit sentinels (finish time 0,
+    latency 0), so the time pass has no branches on them."""
+    step_slots: np.ndarray
+    """Slot (rank offset + position in the rank's list) of each step's op: where its times go in a timeline."""
     rank_offsets: tuple[int, ...]
     """Slot of each rank's first op in the flat start/end arrays (plus the total at the end)."""
     n_keys: int
@@ -73,6 +75,11 @@ class CompiledOrder:
     """Peak micro-batch-chunks alive per rank (order-only)."""
     splits_bw: bool
     """True when the order uses separate B and W ops."""
+
+    @property
+    def flat(self) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+        """The steps with their slots: (rank, slot, key, dep1, boundary1, dep2, global cost index)."""
+        return tuple((r, slot, *rest) for (r, *rest), slot in zip(self.steps, self.step_slots.tolist()))
 
 
 def _key(cls: int, mb: int, v: int, m: int, n_stages: int) -> int:
@@ -223,10 +230,10 @@ def compile_order_reference(order: Sequence[Sequence[Op]], pp: int, vpp: int, la
     for table in rank_ops:
         offsets.append(offsets[-1] + len(table))
     n_keys = 3 * m * n_stages
-    flat = _evaluation_order(rank_ops, offsets, n_keys, vpp, order, layout, pp, m)
+    steps, slots = _evaluation_order(rank_ops, offsets, n_keys, vpp, order, layout, pp, m)
     return CompiledOrder(
         pp=pp, vpp=vpp, layout=layout, num_microbatches=m,
-        order=tuple(tuple(ops) for ops in order), flat=flat,
+        order=tuple(tuple(ops) for ops in order), steps=steps, step_slots=np.asarray(slots, dtype=np.intp),
         rank_offsets=tuple(offsets), n_keys=n_keys, op_counts=tuple(op_counts),
         mem_row_rank=np.asarray(rows_rank, dtype=np.intp),
         mem_alive=np.asarray(rows_alive, dtype=float).reshape(-1, vpp),
@@ -238,14 +245,15 @@ def compile_order_reference(order: Sequence[Sequence[Op]], pp: int, vpp: int, la
 
 def _evaluation_order(rank_ops: list[tuple[tuple[int, int, int, int, int], ...]], offsets: list[int], n_keys: int,
                       vpp: int, order: Sequence[Sequence[Op]], layout: Layout, pp: int, m: int
-                      ) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+                      ) -> tuple[tuple[tuple[int, int, int, int, int, int], ...], list[int]]:
     """List-scheduling walk without times: a rank runs until its next op misses a dependency, parks
     on it, and is woken when it completes. Ops are emitted in a valid evaluation order; ranks left
     parked mean the order deadlocks (ScheduleDeadlockError names them)."""
     done = [False] * n_keys
     waiting: dict[int, list[int]] = {}
     ptr = [0] * pp
-    flat = []
+    steps = []
+    slots = []
     stack = list(range(pp - 1, -1, -1))
     while stack:
         r = stack.pop()
@@ -258,14 +266,15 @@ def _evaluation_order(rank_ops: list[tuple[tuple[int, int, int, int, int], ...]]
             if missing >= 0:
                 waiting.setdefault(missing, []).append(r)
                 break
-            flat.append((r, base + i, key, d1, b1, d2, r * 4 * vpp + ci))
+            steps.append((r, key, d1, b1, d2, r * 4 * vpp + ci))
+            slots.append(base + i)
             done[key] = True
             woken = waiting.pop(key, None)
             if woken:
                 stack.extend(woken)
             i += 1
         ptr[r] = i
-    if len(flat) < offsets[-1]:
+    if len(steps) < offsets[-1]:
         n_stages = pp * vpp
         smap = stage_map(layout, pp, vpp)
         lines = []
@@ -277,7 +286,7 @@ def _evaluation_order(rank_ops: list[tuple[tuple[int, int, int, int, int], ...]]
             lines.append(f"rank {r} stuck at op #{ptr[r]} {order[r][ptr[r]]} waiting for "
                          + ", ".join(_describe_key(d, m, n_stages, smap) for d in missing))
         raise ScheduleDeadlockError("pipeline order deadlocks (no rank can make progress): " + "; ".join(lines))
-    return tuple(flat)
+    return tuple(steps), slots
 
 
 def _check_costs(plan: CompiledOrder, costs: StageCosts) -> None:
@@ -308,7 +317,7 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         lat.append(0.0)  # boundary -1: same rank / no dependency
     fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
     free = [0.0] * pp
-    for r, _slot, key, d1, b1, d2, ci in plan.flat:
+    for r, key, d1, b1, d2, ci in plan.steps:
         s = free[r]
         f = fin[d1] + lat[b1]
         if f > s:
@@ -339,7 +348,7 @@ def _timeline(plan: CompiledOrder, fin: list[float], lat: list[float]) -> dict[s
     n_ops = plan.rank_offsets[-1]
     starts, ends = [0.0] * n_ops, [0.0] * n_ops
     prev_end = [0.0] * plan.pp
-    for r, slot, key, d1, b1, d2, _ci in plan.flat:
+    for (r, key, d1, b1, d2, _ci), slot in zip(plan.steps, plan.step_slots.tolist()):
         starts[slot] = max(prev_end[r], fin[d1] + lat[b1], fin[d2])
         ends[slot] = prev_end[r] = fin[key]
     offs = plan.rank_offsets
