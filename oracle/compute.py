@@ -100,11 +100,6 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
     return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
 
 
-@lru_cache(maxsize=4096)
-def _layer_ops(card, shapes: Shapes, kind: str, window: int | None) -> tuple[Op, ...]:
-    return tuple(layer_ops(card, shapes, kind, window))
-
-
 class LayerModel:
     """Prices decoder layers, embedding and output for one RunConfig (simulate mode) from their op graphs."""
 
@@ -232,7 +227,7 @@ class LayerModel:
     # ------------------------------------------------------------------ layers
     def ops(self, kind: str, window: int | None = None) -> list[Op]:
         """The op graph of one decoder layer on this rank."""
-        return list(_layer_ops(self.m, self.shapes, kind, window))
+        return layer_ops(self.m, self.shapes, kind, window)  # cached per shape by oracle.opgraph
 
     def layer(self, kind: str, window: int | None = None) -> LayerCost:
         key = (kind, window)

@@ -58,12 +58,8 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
     best = float("inf")
-    batches, rest = divmod(groups, GROUPED_GEMM_STREAMS)
-    if batches == 0:
-        batches, rest = 1, 0
-        per_batch = groups
-    else:
-        per_batch = GROUPED_GEMM_STREAMS
+    per_batch = min(groups, GROUPED_GEMM_STREAMS)
+    batches, rest = divmod(groups, per_batch)
     units = hw.num_compute_units
     for tm, tn, tile_eff in TILES:
         tiles = ceil(m / tm) * ceil(n / tn)
