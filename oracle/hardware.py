@@ -126,6 +126,8 @@ class HardwareProfile:
     """Where each efficiency value came from (field name -> citation)."""
     description: str = ""
     """Free text."""
+    aliases: tuple[str, ...] = ()
+    """Other names published tables give the part (``H100-SXM-80GB`` for h100-sxm): the registry's loose lookup."""
     sources: dict[str, Any] = field(default_factory=dict)
     """Citations for the spec numbers."""
 
@@ -160,7 +162,7 @@ class HardwareProfile:
         return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * (1.0 - margin)
 
 
-_TOP = ["name", "vendor", "arch", "description", "compute", "memory", "network", "efficiency", "sources"]
+_TOP = ["name", "vendor", "arch", "description", "aliases", "compute", "memory", "network", "efficiency", "sources"]
 _COMPUTE = ["peak_tflops", "num_compute_units"]
 _MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib"]
 _NETWORK = ["gpus_per_node", "scale_up", "scale_out", "inter_pod"]
@@ -223,6 +225,10 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     p: list[str] = unknown_key_problems(data, _TOP, where)
     if "sources" in data and not isinstance(data["sources"], (dict, type(None))):
         p.append(f"{where}.sources must be a mapping of label -> citation, got a {type(data['sources']).__name__}")
+    aliases = data.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        p.append(f"{where}.aliases must be a list of names (strings), got {clip(repr(aliases), 80)}")
+        aliases = []
     comp = _section(data, "compute", where, p)
     mem = _section(data, "memory", where, p)
     net = _section(data, "network", where, p)
@@ -326,7 +332,7 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         inter_pod_bandwidth_bytes_per_s=(ip_bw or so_bw) * GB,  # type: ignore[operator]
         inter_pod_latency_s=(ip_lat if ip_lat is not None else so_lat) * US,  # type: ignore[operator]
         efficiency=Efficiency(**eff_vals), efficiency_sources=eff_src,
-        description=str(data.get("description", "")), sources=dict(data.get("sources") or {}),
+        description=str(data.get("description", "")), aliases=tuple(aliases), sources=dict(data.get("sources") or {}),
     )
 
 
@@ -355,6 +361,7 @@ def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
                            "source": hw.efficiency_sources.get(f.name) or "round-tripped profile"}
                   for f in dataclasses.fields(Efficiency)}
     return {"name": hw.name, "vendor": hw.vendor, "arch": hw.arch, "description": hw.description,
+            **({"aliases": list(hw.aliases)} if hw.aliases else {}),
             "compute": {"peak_tflops": {k: _human(v, TFLOPS) for k, v in hw.peak_flops_per_s.items()},
                         "num_compute_units": hw.num_compute_units},
             "memory": {"hbm_capacity_gib": _human(hw.hbm_capacity_bytes, GIB),

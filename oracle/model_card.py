@@ -118,6 +118,8 @@ class ModelCard:
     """Model family label."""
     sources: tuple[str, ...] = ()
     """Where each number came from."""
+    aliases: tuple[str, ...] = ()
+    """Other spellings published tables use for this model (the registry's loose lookup; bundled cards)."""
     notes: str = ""
     """Assumptions and caveats."""
 

@@ -1,12 +1,15 @@
 """Named YAML components (model cards, hardware profiles): bundled by name, or a file by path.
 
 A bare name that matches a bundled file wins over a same-named file in the working directory; a
-value with a suffix or a slash is a path. Parsed components are cached by key, and path loads by
+value with a suffix or a slash is a path. A bare name that matches neither is looked up loosely: case
+and punctuation aside (``Qwen3_30B_a3B`` is ``qwen3-30b-a3b``), and against the ``aliases`` a bundled
+file lists (``H100-SXM-80GB`` is ``h100-sxm``), as published tables spell them. Parsed components are cached by key, and path loads by
 (resolved path, mtime), so editing a file during a session is picked up; the cache keeps the
 :data:`CACHE_ENTRIES` most recently used (a long session loading many files stays bounded).
 """
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +25,22 @@ MAX_PATH_CHARS = 4096
 """Longest path (Linux PATH_MAX)."""
 CACHE_ENTRIES = 256
 """Parsed components a registry keeps (least recently used dropped first)."""
+
+
+def loose_key(name: str) -> str:
+    """``name`` without case and punctuation: the key of the loose lookup."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _aliases_in(path: Path) -> list[str]:
+    """The ``aliases`` list of a bundled YAML file (read without validating the rest)."""
+    import yaml
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    raw = data.get("aliases") if isinstance(data, dict) else None
+    return [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
 
 
 def check_name(kind: str, name_or_path: object) -> str:
@@ -53,6 +72,8 @@ class YamlRegistry(Generic[T]):
         self._cache: OrderedDict[object, T] = OrderedDict()
         self._names: list[str] = []
         self._names_stamp: int | None = None
+        self._loose: dict[str, set[str]] = {}
+        self._loose_stamp: int | None = None
 
     def _cached(self, key: object, parse: Callable[[], T]) -> T:
         if key in self._cache:
@@ -72,6 +93,23 @@ class YamlRegistry(Generic[T]):
             self._names_stamp = stamp
         return list(self._names)
 
+    def resolve(self, name: str) -> str | None:
+        """The bundled name ``name`` means under the loose lookup (case, punctuation, aliases), or None.
+
+        Ambiguous (two bundled files claim the same loose key): InvalidConfigError naming both."""
+        stamp = self.directory.stat().st_mtime_ns
+        if self._loose_stamp != stamp:
+            loose: dict[str, set[str]] = {}
+            for n in self.names():
+                for key in [n, *_aliases_in(self.directory / f"{n}.yaml")]:
+                    loose.setdefault(loose_key(key), set()).add(n)
+            self._loose, self._loose_stamp = loose, stamp
+        hits = sorted(self._loose.get(loose_key(name), ()))
+        if len(hits) > 1:
+            raise InvalidConfigError(f"{self.kind} {name!r} is ambiguous: it could be {' or '.join(hits)}; "
+                                     f"give the exact name")
+        return hits[0] if hits else None
+
     def load(self, name_or_path: str) -> T:
         name_or_path = check_name(self.kind, name_or_path)
         bundled = self.directory / f"{name_or_path}.yaml"
@@ -80,6 +118,9 @@ class YamlRegistry(Generic[T]):
             return self._cached(("bundled", name_or_path), lambda: self._parse_bundled(bundled, name_or_path))
         path = Path(name_or_path)
         if not is_path and not _exists(path):
+            canonical = self.resolve(name_or_path)
+            if canonical is not None:
+                return self.load(canonical)
             raise UnknownComponentError(self.kind, name_or_path, self.names())
         try:
             key = ("path", str(path.resolve()), path.stat().st_mtime_ns)
