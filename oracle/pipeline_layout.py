@@ -527,7 +527,7 @@ def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dic
     if (num_layers + 2) % n_virtual == 0:
         return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},
                 f"recipe rule: embedding and loss count as layers, {num_layers}+2 = {num_layers + 2} over "
-                f"{n_virtual} stages, as Megatron-Bridge's Llama 3.1 405B recipes")
+                f"{n_virtual} stages, the rule of Megatron-Bridge's Llama 3.1 405B recipes")
     per = math.ceil(num_layers / n_virtual)
     rest = num_layers - per * (n_virtual - 1)
     if rest >= 1:
@@ -535,7 +535,7 @@ def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dic
         stages = ["E" * (v == 0) + "t" * c for v, c in enumerate(counts)]
         stages[-1] += "m" * mtp + "L"
         rule = (f"recipe rule: embedding first, {per} layers per stage, the last {rest} with {'MTP and ' * bool(mtp)}loss, "
-                f"as Megatron-Bridge's DeepSeek-V3 recipes")
+                f"the rule of Megatron-Bridge's DeepSeek-V3 recipes")
     elif n_virtual > 1 + bool(mtp):
         tail = ["m" * mtp] * bool(mtp) + ["L"]
         n_body = n_virtual - len(tail)
@@ -550,7 +550,7 @@ def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dic
             how = f"the first {extra} take one more"
         stages = ["E" * (v == 0) + "t" * c for v, c in enumerate(counts)] + tail
         rule = (f"recipe rule: {'MTP and ' * bool(mtp)}loss on stages of their own, {per} layers per other "
-                f"stage, {how}, as Megatron-LM's DeepSeek-V3 layout")
+                f"stage, {how}, the rule of Megatron-LM's DeepSeek-V3 layout")
     else:
         return None
     return {"pipeline_model_parallel_layout": format_layout(tuple(stages))}, rule

@@ -189,6 +189,53 @@ def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str
 _NO_MTP = re.compile(r"variant=w/o MTP\b", re.IGNORECASE)
 
 
+# Published tables spell a setting their own way; each spelling maps onto the oracle's value, and the
+# row's ``assumed`` says so. Keys are loose (lower case, no punctuation). A spelling not listed stays
+# as published, and the config's own check names it with the valid values.
+PUBLISHED_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
+    "precision": {
+        **{k: ("bf16", "") for k in ("bf16", "bf16mixed", "bfloat16", "bf16amp", "amp")},
+        # fp16 runs at the bf16 tensor-core rate with the same bytes on every bundled part (loss scaling aside)
+        **{k: ("bf16", "fp16 priced as bf16: same tensor rate and bytes") for k in ("fp16", "fp16mixed", "16mixed",
+                                                                                     "float16", "half")},
+        # FP8 recipes (per-tensor current/delayed scaling, MXFP8, blockwise) share the fp8 GEMM rate here;
+        # MXFP8 measures 4-6% slower in NVIDIA's same-table pairs (docs/accuracy.md)
+        **{k: ("fp8", "the FP8 recipe is not modelled separately") for k in (
+            "fp8", "float8", "fp8cs", "fp8currentscaling", "fp8delayed", "fp8delayedscaling", "fp8tensorwise",
+            "fp8rowwise", "fp8blockwise", "fp8hybrid", "mxfp8", "fp8mx", "fp8mxfp8", "fp8e4m3")},
+        **{k: ("nvfp4", "") for k in ("nvfp4", "fp4")},
+    },
+    "moe_a2a_backend": {
+        **{k: ("alltoall", "") for k in ("alltoall", "a2a", "nccl", "ncclalltoall")},
+        # Megatron's flex dispatcher runs DeepEP (HybridEP on NVL72): one copy per destination, fused permute
+        **{k: ("deepep", "the flex dispatcher priced as DeepEP") for k in ("deepep", "flex", "flexdeepep", "hybridep",
+                                                                           "flexhybridep")},
+        "allgather": ("alltoall", "the allgather dispatcher priced as alltoall (not modelled separately)"),
+    },
+    "recompute": {
+        **{k: ("none", "") for k in ("none", "no", "off", "false", "0")},
+        # Megatron's --recompute-method block/uniform are ways to place *full* recompute over the layers
+        **{k: ("full", "recompute method block/uniform is full-layer recompute") for k in ("full", "block", "uniform")},
+        "selective": ("selective", ""),
+    },
+}
+
+
+def _published_spellings(training: dict[str, Any]) -> list[str]:
+    """Map published spellings of precision, dispatcher and recompute onto the oracle's values."""
+    notes = []
+    for key, table in PUBLISHED_SPELLINGS.items():
+        v = training.get(key)
+        if not isinstance(v, str):
+            continue
+        hit = table.get(re.sub(r"[^a-z0-9]", "", v.lower()))
+        if hit is None or hit[0] == v:
+            continue
+        training[key] = hit[0]
+        notes.append(f"{key}={hit[0]} (published {v!r}" + (f": {hit[1]})" if hit[1] else ")"))
+    return notes
+
+
 def _published_variant(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     """Variants a row's notes publish that change the model itself: ``variant=w/o MTP`` trains a card
     that has multi-token-prediction layers without them (NVIDIA's DeepSeek-V3 tables publish both)."""
@@ -253,15 +300,22 @@ def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[s
         except PrimusError:
             return None  # a module this model does not have, a layer count this layout cannot recompute
 
+    projected: dict[int, Any] = {}
+
     def fits(run: RunConfig | None) -> bool:
-        return run is not None and project_memory(run, trees="none").fits
+        # the closed-form in-flight count first (cheap); a candidate it passes must also fit with the
+        # schedule simulator's count, which the row's projection reports (interleaved warm-ups differ)
+        if run is None or not project_memory(run, trees="none").fits:
+            return False
+        projected[id(run)] = p = project(run, fast_schedules=True, memory_tree=False)
+        return p.fits
 
     base = with_keys({})
     if base is None:
         return []  # the checked parse reports it
-    base_mem = project_memory(base, trees="none")
-    if base_mem.fits:
+    if fits(base):
         return []
+    base_mem = projected[id(base)].memory if id(base) in projected else project_memory(base, trees="none")
     memory_opts: list[dict[str, Any]] = [{}]  # data["training"] holds only the cells the row states
     if "fp8_param_gather" not in data["training"] and with_keys({"fp8_param_gather": True}) is not None:
         memory_opts.append({"fp8_param_gather": True})
@@ -291,7 +345,7 @@ def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[s
                 break
     if not fitting:
         return []
-    keys, _ = max(fitting, key=lambda kr: project(kr[1], fast_schedules=True, memory_tree=False).tokens_per_s_per_gpu)
+    keys, _ = max(fitting, key=lambda kr: projected[id(kr[1])].tokens_per_s_per_gpu)
     data["training"].update(keys)
     shown = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else str(v).lower()}" for k, v in keys.items())
     return [f"{shown} ({RECOMPUTE_GUESS} of {len(fitting)} candidates: without it the run needs "
@@ -322,6 +376,7 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
     data = {"model": _resolve((row.get("model") or "").strip(), base_dir),  # a short row's missing cells are None
             "cluster": {"hardware": _resolve((row.get("hardware") or "").strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
+    assumed += _published_spellings(training)
     assumed += _published_variant(data, row)
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)
