@@ -26,13 +26,13 @@ from functools import lru_cache
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.model_card import ModelCard
-from oracle.opgraph import (BF16, DEFAULT_RECOMPUTE_MODULES, FP32, INT64, KEPT, MASK, RECOMPUTE_MODULES, SELECTIVE,
-                            Op, Saved, Shapes, embedding_ops, kv_heads_per_rank, layer_ops, output_ops)
+from oracle.opgraph import (ATTENTION, BF16, DEFAULT_RECOMPUTE_MODULES, FP32, GEMM, INT64, KEPT, MASK, RECOMPUTE_MODULES,
+                            SELECTIVE, Op, Saved, Shapes, embedding_ops, kv_heads_per_rank, layer_ops, output_ops)
 
 __all__ = ["BF16", "FP32", "INT64", "MASK", "MemoryAssumptions", "DEFAULT", "Tensor", "Module", "Block", "Blocks",
            "Shape", "shape_of", "blocks", "make_block", "module_of", "layer_activation_bytes",
            "attention_params_per_gpu", "mlp_params_per_gpu", "DEFAULT_SELECTIVE", "RecomputeRegion",
-           "RECOMPUTE_REGIONS", "recompute_droppers", "replayed_ops"]
+           "RECOMPUTE_REGIONS", "recompute_droppers", "replayed_ops", "op_sac_plan"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,15 +104,21 @@ class Block:
     """Saved bytes under full recompute: the tensors tagged ``kept`` (the bf16 layer input only)."""
     drop_groups: tuple[tuple[frozenset[str], float], ...] = ()
     """Saved bytes per set of recompute_modules values that drop them (tensors dropped by none left out)."""
+    act_op_sac: float = 0.0
+    """Saved bytes under TorchTitan's op-level selective checkpointing (policy 'op_sac'): the checkpointed
+    input plus the op outputs the policy saves (``op_sac_plan``)."""
 
     @property
     def params(self) -> float:
         return self.params_dense + self.params_expert
 
     def act(self, policy: str, modules: frozenset[str] = DEFAULT_SELECTIVE) -> float:
-        """Saved bytes per micro-batch under 'none', 'selective' (recomputing ``modules``) or 'checkpoint'."""
+        """Saved bytes per micro-batch under 'none', 'selective' (recomputing ``modules``), 'op_sac' or
+        'checkpoint'."""
         if policy == "checkpoint":
             return self.checkpoint_bytes
+        if policy == "op_sac":
+            return self.act_op_sac
         if policy != "selective":
             return self.act_none
         if modules == DEFAULT_SELECTIVE:
@@ -120,8 +126,9 @@ class Block:
         return self.act_none - sum(b for by, b in self.drop_groups if by & modules)
 
 
-def make_block(name: str, modules: tuple[Module, ...]) -> Block:
-    """Sum a block's modules: parameters by kind, saved bytes per recompute mode (from the tensors' tags)."""
+def make_block(name: str, modules: tuple[Module, ...], op_sac_saved: float = 0.0) -> Block:
+    """Sum a block's modules: parameters by kind, saved bytes per recompute mode (from the tensors' tags);
+    ``op_sac_saved``: the op outputs op-level selective checkpointing saves besides the checkpoint."""
     none = sum(t.bytes for m in modules for t in m.tensors)
     core = sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == SELECTIVE)
     groups: dict[frozenset[str], float] = {}
@@ -134,8 +141,8 @@ def make_block(name: str, modules: tuple[Module, ...]) -> Block:
                  params_expert=sum(m.params for m in modules if m.expert),
                  gemm_params=sum(m.params for m in modules if m.gemm),
                  act_none=none, act_selective=none - core,
-                 checkpoint_bytes=sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == KEPT),
-                 drop_groups=tuple(groups.items()))
+                 checkpoint_bytes=(ckpt := sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == KEPT)),
+                 drop_groups=tuple(groups.items()), act_op_sac=ckpt + op_sac_saved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +328,28 @@ def replayed_ops(ops: Sequence[Op], modules: frozenset[str]) -> list[Op]:
     return [op for op in ops if any(r.replays(op) for r in regions)]
 
 
+def op_sac_plan(ops: Sequence[Op]) -> list[tuple[float, float]]:
+    """Per op of one layer: (output bytes saved, share of its forward replayed) under TorchTitan's op-level
+    selective activation checkpointing (torchtitan parallelize.py ``_get_custom_policy``): the outputs of
+    attention (SDPA: output and logsumexp) and of every other matmul call (the 1st, 3rd, ... of the layer,
+    counted per block) are saved; every other op (norms, RoPE, activations, casts, the remaining matmuls)
+    is recomputed in backward from the checkpointed layer input. FP8 matmuls are counted as matmuls."""
+    out, calls = [], 0
+    for op in ops:
+        if op.kind == GEMM:
+            kept = 0.0
+            for share in op.calls or (1.0,):
+                calls += 1
+                kept += share if calls % 2 == 1 else 0.0
+            out.append((kept * op.groups * op.m * op.n * BF16, 1.0 - kept))
+        elif op.kind == ATTENTION:
+            rows = op.batch_heads * op.s_q
+            out.append((rows * op.d_v * BF16 + rows * FP32, 0.0))
+        else:
+            out.append((0.0, 1.0))
+    return out
+
+
 def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
     g = s.graph
     norm = card.norm_params(card.hidden_size)
@@ -336,7 +365,9 @@ def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
         mods.append(Module("mlp", mlp_params_per_gpu(card, card.ffn_hidden_size or 0, g.tp), gemm=True))
     mods.append(Module("mlp_residual", 0.0))
     # saved tensors: the op graph's (the window changes attention FLOPs, not its saved tensors)
-    return make_block(f"{kind}_layer", tuple(_with_saved(mods, layer_ops(card, g, kind))))
+    ops = layer_ops(card, g, kind)
+    sac = sum(b for b, _ in op_sac_plan(ops)) if g.framework == "torchtitan" else 0.0
+    return make_block(f"{kind}_layer", tuple(_with_saved(mods, ops)), sac)
 
 
 def _embedding(card: ModelCard, s: Shape) -> Block:
@@ -427,4 +458,6 @@ def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None =
     if rc not in ("none", "selective", "full"):
         raise InvalidConfigError(f"recompute={rc!r} must be none, selective or full")
     b = blocks(run.model, shape_of(run, assumptions)).layer(kind)
+    if rc == "selective" and run.training.framework == "torchtitan":
+        rc = "op_sac"
     return b.act("checkpoint" if rc == "full" else rc, run.training.recomputed_modules or DEFAULT_SELECTIVE)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from oracle.activations import replayed_ops
+from oracle.activations import op_sac_plan, replayed_ops
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
 from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, Op, Shapes, embedding_ops, layer_ops, moe_pairs,
@@ -89,9 +89,10 @@ class LayerCost:
 def price_op(hw, op: Op) -> tuple[float, float, float]:
     """(forward, input-gradient, weight-gradient) device seconds of one op on ``hw`` (cached per op shape)."""
     if op.kind == GEMM:
-        f = gemm_time_s(hw, op.m, op.n, op.k, op.dtype, op.groups)
-        b = gemm_time_s(hw, op.m, op.k, op.n, op.dtype, op.groups)
-        w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, op.groups) if op.has_wgrad else 0.0
+        g, fz = op.groups, op.fused_groups
+        f = gemm_time_s(hw, op.m, op.n, op.k, op.dtype, g, fz)
+        b = gemm_time_s(hw, op.m, op.k, op.n, op.dtype, g, fz)
+        w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, g, fz) if op.has_wgrad else 0.0
         return f, b, w
     if op.kind == ATTENTION:
         return (attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v),
@@ -291,6 +292,8 @@ class LayerModel:
         mods = self.t.recomputed_modules - {"core_attn"}
         replayed = {op.name for op in replayed_ops(ops, frozenset(mods))} if mods else set()
         replay_f = sum(p[1] for p in priced if p[0].name in replayed)
+        if t.op_level_sac:  # TorchTitan: every op's forward but attention's and every other matmul's, again
+            replay_f = sum(p[1] * share for p, (_, share) in zip(priced, op_sac_plan(ops)))
         moe_replay = kind == "moe" and "moe" in mods
         cost = LayerCost(kind, f, b, w, attn_f, comm, stall + idle_f, idle_b, priced, replay_f_s=replay_f,
                          replay_comm=tuple(k for k in ("ep_a2a", "etp") if k in comm) if moe_replay else (),

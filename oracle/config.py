@@ -128,6 +128,23 @@ class TrainingConfig:
     more with the loss) and the first virtual stage holds one layer fewer (Megatron flag of that name)."""
     account_for_loss_in_pipeline_split: bool = False
     """The output layer and loss count as one decoder layer: the last virtual stage holds one fewer."""
+    framework: Literal["megatron", "torchtitan"] = "megatron"
+    """The training stack whose kernels the op graph prices (docs/kernel-model.md "Frameworks").
+    megatron: Megatron-Core with Transformer Engine (fused norms, RoPE, SwiGLU, casts and cross entropy;
+    per-expert grouped GEMMs on 4 streams). torchtitan: PyTorch-native modules (composite RMSNorm,
+    complex-number RoPE, separate SiLU and multiply, GQA heads repeated before SDPA, cross entropy on
+    fp32 logits, one grouped-mm kernel for the experts), FSDP2, op-level selective checkpointing; a
+    torchtitan ``training`` section that leaves them unstated gets TorchTitan's defaults (FRAMEWORK_DEFAULTS)."""
+    torch_compile: bool = False
+    """TorchTitan's torch.compile of each transformer block: Inductor fuses the elementwise ops between
+    the GEMMs and attention (norms, RoPE, SiLU x multiply, casts) as Transformer Engine does; the loss
+    stays eager. Needs framework=torchtitan."""
+
+    @property
+    def op_level_sac(self) -> bool:
+        """Selective recompute is TorchTitan's op-level selective activation checkpointing (the outputs
+        of every other matmul and of attention are saved, everything else replayed), not Megatron's."""
+        return self.recompute == "selective" and self.framework == "torchtitan"
 
     @property
     def sp(self) -> bool:
@@ -146,8 +163,9 @@ class TrainingConfig:
 
     @property
     def recomputed_modules(self) -> frozenset[str]:
-        """The modules selective recompute replays in every layer (empty without selective)."""
-        if self.recompute != "selective":
+        """The Megatron modules selective recompute replays in every layer (empty without selective and
+        under TorchTitan's op-level checkpointing, ``op_level_sac``)."""
+        if self.recompute != "selective" or self.framework != "megatron":
             return frozenset()
         return frozenset(self.recompute_modules if self.recompute_modules is not None else DEFAULT_RECOMPUTE_MODULES)
 
@@ -160,6 +178,25 @@ class TrainingConfig:
 
     def replace(self, **changes: Any) -> "TrainingConfig":
         return dataclasses.replace(self, **changes)
+
+
+FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "megatron": {},
+    # TorchTitan (torchtitan/config/job_config.py): data_parallel_shard_degree=-1 shards every remaining
+    # GPU with FSDP2 (the optimizer state with it: no ZeRO-1 without it); mixed_precision_reduce=float32;
+    # async TP is opt-in (enable_async_tensor_parallel, with compile); the loss is plain cross entropy
+    "torchtitan": {"fsdp": True, "use_distributed_optimizer": False, "grad_reduce_in_fp32": True,
+                   "tp_comm_overlap": False, "loss_fusion": False},
+}
+"""Training keys whose default depends on the framework: a ``training`` section that names the framework
+and leaves one of these unstated gets the framework's value (RunConfig.from_dict)."""
+
+
+def with_framework_defaults(training: Any) -> Any:
+    """``training`` (a training-section mapping) with its framework's defaults for the keys it leaves out."""
+    if not isinstance(training, dict) or not isinstance(training.get("framework"), str):
+        return training
+    return {**FRAMEWORK_DEFAULTS.get(training["framework"], {}), **training}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +271,7 @@ class RunConfig:
             problems.append(f"{where}.cluster: give exactly one of num_gpus or num_nodes")
         training = None
         try:
-            training = from_dict(TrainingConfig, data["training"], f"{where}.training")
+            training = from_dict(TrainingConfig, with_framework_defaults(data["training"]), f"{where}.training")
         except InvalidConfigError as exc:
             problems += exc.problems
         hw = None

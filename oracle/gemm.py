@@ -42,13 +42,15 @@ def _runnable(hw: HardwareProfile, dtype: str) -> str:
 
 
 @lru_cache(maxsize=65536)
-def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16", groups: int = 1) -> float:
+def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16", groups: int = 1,
+                fused: bool = False) -> float:
     """Time of ``groups`` independent (grouped) GEMMs of C[m x n] = A[m x k] B[k x n].
 
     time = max(waves * tile_flops / (per-unit peak * eff), operand bytes / achievable HBM BW),
     with waves = ceil(g * ceil(m/tm) * ceil(n/tn) / num_units) per batch of g <= GROUPED_GEMM_STREAMS
     concurrent groups, summed over the batches and minimised over tiles, and
-    eff = max_eff(dtype) * tile_factor * k / (k + k_half).
+    eff = max_eff(dtype) * tile_factor * k / (k + k_half). ``fused``: the groups are one kernel
+    (PyTorch's torch._grouped_mm, TorchTitan's experts) whose tiles share the waves: one batch of all.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
@@ -58,7 +60,7 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
     best = float("inf")
-    per_batch = min(groups, GROUPED_GEMM_STREAMS)
+    per_batch = groups if fused else min(groups, GROUPED_GEMM_STREAMS)
     batches, rest = divmod(groups, per_batch)
     units = hw.num_compute_units
     for tm, tn, tile_eff in TILES:

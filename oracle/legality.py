@@ -141,6 +141,36 @@ def check(run: RunConfig) -> list[str]:
                      f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
     if t.moe_a2a_overlap:
         p += _a2a_overlap_problems(run)
+    p += _framework_problems(run)
+    return p
+
+
+def _framework_problems(run: RunConfig) -> list[str]:
+    """What TorchTitan cannot run (its job config, torchtitan/config/job_config.py), and torch_compile
+    outside it."""
+    t = run.training
+    if t.framework != "torchtitan":
+        return ["torch_compile=true needs framework=torchtitan (Megatron-LM fuses with Transformer Engine "
+                "kernels, not torch.compile)"] if t.torch_compile else []
+    p = []
+    dp = run.cluster.num_gpus // (t.tp * t.pp * t.cp)
+    if t.use_distributed_optimizer and not t.fsdp and dp > 1:
+        p.append("framework=torchtitan has no distributed optimizer without FSDP (ZeRO-1): use fsdp=true (FSDP2, "
+                 "its default) or use_distributed_optimizer=false (DDP)")
+    unsupported = [("recompute_modules", t.recompute_modules is not None, "its selective checkpointing is op-level "
+                    "(recompute=selective), not per Megatron module"),
+                   ("precision=nvfp4", t.precision == "nvfp4", "its low-precision converters are float8 and MXFP8"),
+                   ("moe_a2a_backend=deepep", t.moe_a2a_backend == "deepep", "it dispatches with NCCL all-to-all"),
+                   ("moe_sync_free=true", t.moe_sync_free, "sync-free MoE is Primus-Turbo's"),
+                   ("moe_a2a_overlap=true", t.moe_a2a_overlap, "it has no merged forward/backward all-to-all"),
+                   ("fp8_param_gather=true", t.fp8_param_gather, "FSDP2's float8 all-gather is not modelled"),
+                   ("sequence_parallel=false", t.tp > 1 and t.sequence_parallel is False,
+                    "its tensor parallelism always shards the sequence"),
+                   ("tp_comm_overlap=true", t.tp_overlap and not t.torch_compile,
+                    "async tensor parallelism needs torch_compile=true")]
+    for what, bad, why in unsupported:
+        if bad:
+            p.append(f"{what} with framework=torchtitan: {why}")
     return p
 
 

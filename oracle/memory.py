@@ -57,7 +57,7 @@ class _Chunk:
     has_embedding: bool
     has_output: bool
     layers: tuple[tuple[str, str, int], ...]
-    """(kind, policy, count) with policy 'none' | 'selective' | 'checkpoint'."""
+    """(kind, policy, count) with policy 'none' | 'selective' | 'op_sac' | 'checkpoint'."""
     mtp: int = 0
     """MTP modules hosted here (oracle.pipeline_layout: with the loss unless a layout string says)."""
 
@@ -82,8 +82,8 @@ def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
             if t.recompute == "full":  # Megatron 'block': the first layers of each chunk (Layout rule)
                 n_rc = lay.recomputed_layers(r, c)
                 groups = (("checkpoint", ks[:n_rc]), ("none", ks[n_rc:]))
-            else:
-                groups = ((t.recompute, ks),)
+            else:  # TorchTitan's selective checkpointing is op-level ('op_sac'), Megatron's by module
+                groups = (("op_sac" if t.op_level_sac else t.recompute, ks),)
             counts = tuple((k, pol, g.count(k)) for pol, g in groups for k in ("dense", "moe") if g.count(k))
             st = lay.stage(r, c)  # embedding / loss / MTP placement from the pipeline layout
             out.append(_Chunk(c, vs, st.embedding, st.loss, counts, st.mtp))
@@ -98,7 +98,7 @@ def _mtp_policy(run: RunConfig) -> str:
     t = run.training
     if t.recompute == "full":
         return "checkpoint" if t.recompute_num_layers is None else "none"
-    return t.recompute
+    return "none" if t.op_level_sac else t.recompute  # op-level checkpointing wraps the decoder blocks only
 
 
 def _modules(run: RunConfig) -> frozenset[str]:
@@ -211,7 +211,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 layer_act += n * lb.act(pol, mods)
                 largest_unit = max(largest_unit, lb.params)
                 if pol != "none":
-                    remat = max(remat, lb.act_none - lb.act(pol, mods))
+                    remat = max(remat, lb.act_none - lb.act(pol, mods))  # op_sac can save more than none
             if ch.has_embedding:
                 e = b.embedding
                 p_dense += e.params_dense
@@ -303,7 +303,7 @@ def _moe_buffers(run: RunConfig, s: Shape, lay: Layout, a: MemoryAssumptions) ->
 def _tensor_nodes(blk: Block, n: int, policy: str, mods: frozenset[str]) -> tuple[MemoryNode, ...]:
     kids = []
     for mod in blk.modules:
-        if policy == "checkpoint":
+        if policy in ("checkpoint", "op_sac"):
             tensors = ()
         else:
             by = mod.recomputed_by or (frozenset(),) * len(mod.tensors)
@@ -311,8 +311,10 @@ def _tensor_nodes(blk: Block, n: int, policy: str, mods: frozenset[str]) -> tupl
                             if not (policy == "selective" and mods & d))
         kids.append(MemoryNode(name=mod.name, params=n * mod.params,
                                activation_bytes=sum(c.activation_bytes for c in tensors), children=tensors))
-    if policy == "checkpoint":
+    if policy in ("checkpoint", "op_sac"):
         kids.append(MemoryNode(name="checkpointed_input", activation_bytes=n * blk.checkpoint_bytes))
+    if policy == "op_sac":
+        kids.append(MemoryNode(name="saved_op_outputs", activation_bytes=n * (blk.act_op_sac - blk.checkpoint_bytes)))
     return tuple(kids)
 
 
@@ -340,7 +342,8 @@ def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = D
             kids.append(_block_node(b.embedding))
         for kind, pol, n in ch.layers:
             sel = "" if mods == DEFAULT_SELECTIVE else f" ({', '.join(sorted(mods))})"
-            tag = {"none": "", "selective": f", selective recompute{sel}", "checkpoint": ", full recompute"}[pol]
+            tag = {"none": "", "selective": f", selective recompute{sel}", "op_sac": ", op-level selective checkpointing",
+                   "checkpoint": ", full recompute"}[pol]
             kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}", mods=mods))
         if ch.has_output:
             kids.append(_block_node(_head(b, run, ch)))

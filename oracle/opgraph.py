@@ -21,7 +21,7 @@ Shapes follow Megatron-Core: T = mbs*seq/cp tokens per rank; TP-split GEMMs see 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 from typing import Any, Literal, get_args
@@ -77,6 +77,11 @@ class Op:
     """GEMM reduction length."""
     groups: int = 1
     """Independent GEMMs of the same shape (local experts)."""
+    fused_groups: bool = False
+    """The groups run as one kernel (torch._grouped_mm) instead of one GEMM each on 4 streams (TE)."""
+    calls: tuple[float, ...] = ()
+    """Shares of ``n`` that separate matmul calls compute (TorchTitan's wq/wk/wv, w1/w3); empty: one call.
+    Op-level selective checkpointing saves every other call's output (oracle.activations.op_sac_plan)."""
     dtype: str = "bf16"
     """GEMM input precision: bf16 | fp8 | fp4."""
     has_wgrad: bool = True
@@ -152,6 +157,15 @@ class Shapes:
     """Saved tensors only: dropout keeps masks (K22)."""
     router_saved_bytes: int = FP32
     """Saved tensors only: router logits / probabilities in fp32 (Megatron moe_router_dtype=fp32)."""
+    framework: str = "megatron"
+    """Whose kernels run the layer: megatron (Transformer Engine) | torchtitan (PyTorch modules)."""
+    compiled: bool = False
+    """torchtitan: torch.compile fuses each block's elementwise ops (as TE's fused kernels do)."""
+
+    @property
+    def eager(self) -> bool:
+        """Elementwise ops run as PyTorch's eager composite kernels (TorchTitan without torch.compile)."""
+        return self.framework == "torchtitan" and not self.compiled
 
     @classmethod
     def of(cls, run, **saved_tensor_assumptions: Any) -> "Shapes":
@@ -161,7 +175,8 @@ class Shapes:
         T = t.mbs * t.seq_len // t.cp
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
                    seq_len=t.seq_len, dtype=t.gemm_dtype, moe_imbalance=t.moe_imbalance,
-                   saved_gemm_bytes=FP8 if t.fp8_activations else BF16, **saved_tensor_assumptions)
+                   saved_gemm_bytes=FP8 if t.fp8_activations else BF16, framework=t.framework,
+                   compiled=t.torch_compile, **saved_tensor_assumptions)
 
 
 def kv_heads_per_rank(card, tp: int) -> float:
@@ -198,6 +213,31 @@ def _cast_bytes(dtype: str, elems: float) -> float:
     if dtype == "fp4":
         return 2.5 * elems + elems / 16  # bf16 read, 0.5 B write, one fp8 scale per 16 (NVFP4)
     return 0.0
+
+
+# TorchTitan's eager kernels (PyTorch composite ops as torchtitan/models/llama3/model.py calls them), forward
+# bytes read + written per element; a memory-bound op's backward moves ~2x (oracle.compute.price_op).
+EAGER_RMSNORM_BYTES = 36
+"""F.rms_norm's composite: to(fp32) 2+4, pow 4+4, mean 4, x*rsqrt 4+4, type_as 4+2, *weight 2+2 (fused: 2+2)."""
+EAGER_RMSNORM_KERNELS = 8
+EAGER_RMSNORM_SAVED_EXTRA = FP32
+"""pow/mul keep the fp32 upcast (4 B) and mul(weight) the bf16 result (2 B): 6 B per element where a fused
+norm keeps its 2 B input; the 4 B beyond the input."""
+EAGER_ROPE_BYTES = 20
+"""apply_rotary_emb per q/k element: float() 2+4, complex multiply 4+4, type_as 4+2 (fused: 2+2)."""
+EAGER_SWIGLU_BYTES = 10
+"""silu(w1 x) * w3 x per FFN element: silu 2+2, multiply 2+2+2 (fused SwiGLU: 2+2+2 = 6)."""
+EAGER_CAST_FACTOR = 5.0 / 3.0
+"""torchao float8 dynamic scaling casts each GEMM input with an amax pass (read 2) and a cast (2+1): 5 B
+per element against the 3 B of TE's fused amax-and-cast."""
+EAGER_LOSS_BYTES = 18
+"""TorchTitan's cross_entropy_loss per logit: pred.float() 2+4, log_softmax's max and sum-exp passes and
+write 4+4+4 (fused vocab-parallel cross entropy: 2+2)."""
+
+
+def _norm_bytes_kernels(s: Shapes, elems: float) -> tuple[float, int]:
+    """A norm's forward bytes and kernels: fused (TE, or compiled) or PyTorch's eager composite."""
+    return (EAGER_RMSNORM_BYTES * elems, EAGER_RMSNORM_KERNELS) if s.eager else (BF16 * 2 * elems, 1)
 
 
 def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
@@ -238,10 +278,23 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
         k_w = v_w = kv_heads_per_rank(card, tp) * d_qk
         # per-head q/k norm inputs (Qwen3)
         qk_norm_saved = (Saved("q_norm_input", T * q_w * BF16), Saved("k_norm_input", T * k_w * BF16))
+    titan = s.framework == "torchtitan"
+    if titan and card.attention != "mla":  # separate wq / wk / wv linears: one GEMM op, three calls on the host
+        qkv = ops[-1]
+        kv_share = k_w / (q_w + 2 * k_w)
+        ops[-1] = replace(qkv, host_ops=6, calls=(1 - 2 * kv_share, kv_share, kv_share))
     if card.qk_layernorm:
-        ops.append(Op(name="qk_norm", kind=MEMORY, bytes_f=BF16 * 2 * qk_elems, kernels=2, host_ops=2,
-                      saved=qk_norm_saved))
-    ops.append(Op(name="rope", kind=MEMORY, bytes_f=BF16 * 2 * qk_elems, host_ops=2))
+        nb, nk = _norm_bytes_kernels(s, qk_elems)
+        extra = tuple(Saved(f"{x.name}_fp32", x.bytes / BF16 * EAGER_RMSNORM_SAVED_EXTRA) for x in qk_norm_saved)
+        ops.append(Op(name="qk_norm", kind=MEMORY, bytes_f=nb, kernels=2 * nk, host_ops=2 * nk,
+                      saved=qk_norm_saved + (extra if s.eager else ())))
+    rope_b = EAGER_ROPE_BYTES * qk_elems if s.eager else BF16 * 2 * qk_elems
+    ops.append(Op(name="rope", kind=MEMORY, bytes_f=rope_b, kernels=6 if s.eager else 1, host_ops=8 if s.eager else 2))
+    if titan and card.attention != "mla" and k_w < q_w:
+        # torchtitan repeat_kv: GQA K and V expanded to every query head (a copy) before SDPA, which then
+        # keeps the repeated K and V for its backward
+        ops.append(Op(name="repeat_kv", kind=MEMORY, bytes_f=BF16 * 2 * T * (k_w + q_w), kernels=2, host_ops=4))
+        k_w = v_w = q_w
     ops.append(Op(name="attn_core", kind=ATTENTION, batch_heads=s.mbs * (card.num_attention_heads // tp),
                   s_q=s.seq_len // s.cp, s_k=avg_keys(s.seq_len, window), d_qk=d_qk, d_v=d_v, host_ops=3,
                   saved=_core_attention_saved(card, s, q_w, k_w, v_w)))
@@ -249,8 +302,9 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
     ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
                   saved=(Saved("context", T * ctx_w * b_g),)))
     if dt != "bf16":
-        ops.append(Op(name="attn_quant", kind=MEMORY, bytes_f=_cast_bytes(dt, in_elems + T * card.attn_out_width / tp),
-                      kernels=2, host_ops=2))
+        cast = _cast_bytes(dt, in_elems + T * card.attn_out_width / tp)
+        ops.append(Op(name="attn_quant", kind=MEMORY, bytes_f=cast * (EAGER_CAST_FACTOR if s.eager else 1.0),
+                      kernels=4 if s.eager else 2, host_ops=4 if s.eager else 2))
     ops.append(Op(name="attn_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1, saved=_dropout_mask(s, H)))
     return ops
 
@@ -262,16 +316,31 @@ def mlp_ops(card, s: Shapes, ffn: int, tokens: int, prefix: str = "mlp", segment
     H, tp, dt = card.hidden_size, s.tp, s.dtype
     up = (2 if card.gated else 1) * ffn // tp
     act_saved, down_saved = _mlp_saved(card, s, tokens, ffn / tp)
-    ops = [Op(name=f"{prefix}_up", kind=GEMM, m=tokens, n=up, k=H, dtype=dt, host_ops=2, segment=segment,
-              saved=saved_input),
-           Op(name=f"{prefix}_act", kind=MEMORY, bytes_f=BF16 * tokens * ffn / tp * (3 if card.gated else 2),
-              host_ops=1, segment=segment, saved=act_saved),
+    act_b, act_k = _act_bytes_kernels(card, s, tokens * ffn / tp)
+    calls = (0.5, 0.5) if card.gated and s.framework == "torchtitan" else ()  # w1 and w3: two linears
+    ops = [Op(name=f"{prefix}_up", kind=GEMM, m=tokens, n=up, k=H, dtype=dt, host_ops=2 * len(calls or (1,)),
+              segment=segment, calls=calls, saved=saved_input),
+           Op(name=f"{prefix}_act", kind=MEMORY, bytes_f=act_b, kernels=act_k, host_ops=act_k, segment=segment,
+              saved=act_saved),
            Op(name=f"{prefix}_down", kind=GEMM, m=tokens, n=H, k=ffn // tp, dtype=dt, host_ops=2, segment=segment,
               saved=down_saved)]
     if dt != "bf16":
-        ops.append(Op(name=f"{prefix}_quant", kind=MEMORY, bytes_f=_cast_bytes(dt, tokens * (H + ffn / tp)),
-                      kernels=2, host_ops=2, segment=segment))
+        ops.append(_quant_op(s, f"{prefix}_quant", _cast_bytes(dt, tokens * (H + ffn / tp)), segment))
     return ops
+
+
+def _quant_op(s: Shapes, name: str, cast_bytes: float, segment: int, loop_launches: int = 0) -> Op:
+    """FP8/FP4 casts of a block's GEMM inputs: TE's fused amax-and-cast, or torchao's eager amax + cast."""
+    k = 4 if s.eager else 2
+    return Op(name=name, kind=MEMORY, bytes_f=cast_bytes * (EAGER_CAST_FACTOR if s.eager else 1.0), kernels=k,
+              host_ops=k, loop_launches=loop_launches, segment=segment)
+
+
+def _act_bytes_kernels(card, s: Shapes, elems: float) -> tuple[float, int]:
+    """The MLP activation over ``elems`` FFN elements: fused SwiGLU / GeLU, or eager silu then multiply."""
+    if not card.gated:
+        return BF16 * 2 * elems, 1
+    return (EAGER_SWIGLU_BYTES * elems, 2) if s.eager else (BF16 * 3 * elems, 1)
 
 
 def _mlp_saved(card, s: Shapes, tokens: float, ffn_r: float) -> tuple[tuple[Saved, ...], tuple[Saved, ...]]:
@@ -279,8 +348,10 @@ def _mlp_saved(card, s: Shapes, tokens: float, ffn_r: float) -> tuple[tuple[Save
     activation's input (K22 GeLU input 8sbh; SwiGLU keeps gate + up, 2F), bf16 (Megatron
     activation_func_fp8_input_store=False); the activation output is the fc2 GEMM input (K22 "8sbh")."""
     up = 2 if card.gated else 1
-    return ((Saved("fc1_output", tokens * up * ffn_r * BF16),),
-            (Saved("act_output", tokens * ffn_r * s.saved_gemm_bytes),))
+    act: tuple[Saved, ...] = (Saved("fc1_output", tokens * up * ffn_r * BF16),)
+    if s.eager and card.gated:  # eager silu(w1 x) * w3 x: the multiply keeps the SiLU output too
+        act += (Saved("silu_output", tokens * ffn_r * BF16),)
+    return act, (Saved("act_output", tokens * ffn_r * s.saved_gemm_bytes),)
 
 
 def moe_pairs(card, s: Shapes) -> float:
@@ -303,6 +374,10 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     # busiest rank's (token, expert) pairs: each GPU of the EP group receives k x its routed tokens on
     # average (uniform routing); ETP all-gathers them over the etp ranks; x moe_imbalance
     act_saved, down_saved = _mlp_saved(card, s, pairs, card.expert_ffn / s.etp)
+    # TE's GroupedLinear: one GEMM per local expert from a C++ loop; TorchTitan: one torch._grouped_mm
+    titan = s.framework == "torchtitan"
+    loops = 0 if titan else E_local
+    act_b, act_k = _act_bytes_kernels(card, s, pairs * ffn_l)
     ops = [_norm_op(card, s, "mlp_norm"),
            # router logits GEMM runs in bf16/fp32 in Megatron; its weight is tiny, dgrad and wgrad both run.
            # It keeps its input, the pre-MLP norm output (the same tensor feeds dispatch and shared experts)
@@ -317,15 +392,15 @@ def moe_ops(card, s: Shapes) -> list[Op]:
            # Megatron-Core weighted SwiGLU), so no k*T*H copy is saved on the way back
            Op(name="permute", kind=MEMORY, bytes_f=BF16 * 2 * (tokens * H + pairs * H), kernels=6, host_ops=12,
               segment=POST_SYNC, saved=(Saved("routing_map", tokens * E * MASK),)),
-           Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, dtype=dt, host_ops=2,
-              loop_launches=E_local, segment=POST_SYNC, saved=(Saved("expert_fc1_input", pairs * H * b_g),)),
-           Op(name="experts_act", kind=MEMORY, bytes_f=BF16 * pairs * ffn_l * (3 if card.gated else 2), host_ops=1,
-              segment=POST_SYNC, saved=(Saved("expert_probs", pairs * FP32),) + act_saved),
-           Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, dtype=dt, host_ops=2,
-              loop_launches=E_local, segment=POST_SYNC, saved=down_saved)]
+           Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, fused_groups=titan, dtype=dt,
+              host_ops=2, loop_launches=loops, segment=POST_SYNC, calls=(0.5, 0.5) if titan and card.gated else (),
+              saved=(Saved("expert_fc1_input", pairs * H * b_g),)),
+           Op(name="experts_act", kind=MEMORY, bytes_f=act_b, kernels=act_k, host_ops=act_k, segment=POST_SYNC,
+              saved=(Saved("expert_probs", pairs * FP32),) + act_saved),
+           Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, fused_groups=titan, dtype=dt,
+              host_ops=2, loop_launches=loops, segment=POST_SYNC, saved=down_saved)]
     if dt != "bf16":
-        ops.append(Op(name="experts_quant", kind=MEMORY, bytes_f=_cast_bytes(dt, pairs * (H + ffn_l)), kernels=2,
-                      host_ops=2, loop_launches=2 * E_local, segment=POST_SYNC))
+        ops.append(_quant_op(s, "experts_quant", _cast_bytes(dt, pairs * (H + ffn_l)), POST_SYNC, 2 * loops))
     if card.num_shared_experts:
         # fc1 input is the router input tensor (bf16: no extra copy; fp8: TE keeps an FP8 cast)
         fp8_in = (Saved("fc1_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()
@@ -336,9 +411,14 @@ def moe_ops(card, s: Shapes) -> list[Op]:
 
 
 def _norm_op(card, s: Shapes, name: str, dropped_by: str = FULL) -> Op:
-    # norm input, sequence-sharded under SP (K22 "LayerNorm: 2sbh" each)
-    return Op(name=name, kind=MEMORY, bytes_f=BF16 * 2 * s.T_sp * card.hidden_size, host_ops=1,
-              saved=(Saved("input", s.T_sp * card.hidden_size * BF16, dropped_by),))
+    # norm input, sequence-sharded under SP (K22 "LayerNorm: 2sbh" each); PyTorch's eager composite
+    # RMSNorm also keeps its fp32 upcast and bf16 result
+    elems = s.T_sp * card.hidden_size
+    nb, nk = _norm_bytes_kernels(s, elems)
+    saved = (Saved("input", elems * BF16, dropped_by),)
+    if s.eager:
+        saved += (Saved("fp32_upcast", elems * EAGER_RMSNORM_SAVED_EXTRA),)
+    return Op(name=name, kind=MEMORY, bytes_f=nb, kernels=nk, host_ops=nk, saved=saved)
 
 
 def dense_mlp_block_ops(card, s: Shapes) -> list[Op]:
@@ -382,13 +462,21 @@ def embedding_ops(card, s: Shapes) -> list[Op]:
 def output_ops(card, s: Shapes, vocab_local: int, loss_fusion: bool) -> list[Op]:
     """Final norm, logits GEMM (bf16, as Megatron keeps the output layer in high precision), cross-entropy."""
     T, H = s.T, card.hidden_size
-    ce = BF16 * T * vocab_local * (2 if loss_fusion else 1) + (0 if loss_fusion else FP32 * 2 * T * vocab_local)
+    logits = T * vocab_local
+    if s.framework == "torchtitan":
+        # cross_entropy_loss(pred.float()) outside the compiled blocks: the fp32 log-probabilities are what
+        # its backward keeps (the bf16 logits are not)
+        ce, ce_kernels, kept = EAGER_LOSS_BYTES * logits, 4, Saved("log_probs_fp32", logits * FP32)
+    else:
+        ce = BF16 * logits * (2 if loss_fusion else 1) + (0 if loss_fusion else FP32 * 2 * logits)
+        ce_kernels, kept = 2, Saved("logits", logits * BF16)
     # the logits GEMM keeps its bf16 input (the head runs outside the FP8 region) and its T x V/tp logits
     # (kept, bf16, by the cross entropy); the loss keeps a per-token fp32 loss (paper B.1)
     return [_norm_op(card, s, "final_norm"),
             Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=H, dtype="bf16", host_ops=2,
-               saved=(Saved("input", s.T_sp * H * BF16), Saved("logits", T * vocab_local * BF16))),
-            Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=2, host_ops=4, saved=(Saved("per_token_loss", T * FP32),))]
+               saved=(Saved("input", s.T_sp * H * BF16), kept)),
+            Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=ce_kernels, host_ops=2 * ce_kernels,
+               saved=(Saved("per_token_loss", T * FP32),))]
 
 
 def forward_flops(ops: list[Op]) -> float:

@@ -181,6 +181,8 @@ def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str
     if found is None:
         return []
     keys, rule = found
+    if t.framework == "torchtitan":  # the rules are read off Megatron's recipes
+        rule += "; a TorchTitan run may split its stages otherwise"
     data["training"].update(keys)
     shown = ", ".join(f"{k}={'true' if v is True else v}" for k, v in keys.items())
     return [f"{shown} ({rule})"]
@@ -233,6 +235,35 @@ def _published_spellings(training: dict[str, Any]) -> list[str]:
             continue
         training[key] = hit[0]
         notes.append(f"{key}={hit[0]} (published {v!r}" + (f": {hit[1]})" if hit[1] else ")"))
+    return notes
+
+
+_TORCHTITAN = re.compile(r"torch\s*titan", re.IGNORECASE)
+_COMPILED = re.compile(r"torch\.compile|\bcompile(?:d)?\b(?!\s*[=:]\s*(?:false|0|off|no)\b)", re.IGNORECASE)
+_NOT_COMPILED = re.compile(r"\b(?:no|without|w/o)[\s_-]*(?:torch\.)?compile|\beager\b|compile\s*[=:]\s*(?:false|0|off|no)\b",
+                           re.IGNORECASE)
+
+
+def _published_framework(training: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """The training stack a row names without a ``framework`` cell: a row whose source, table or notes
+    name TorchTitan ran TorchTitan's PyTorch-native kernels (and its defaults: FSDP2, fp32 gradient
+    reduction), compiled when its notes say torch.compile; any other row is priced as Megatron-Core."""
+    if "framework" in training:
+        return []
+    text = " ".join(row.get(k) or "" for k in ("source", "group", "notes"))
+    if not _TORCHTITAN.search(text):
+        return []
+    training["framework"] = "torchtitan"
+    notes = ["framework=torchtitan (the row's source names TorchTitan)"]
+    if "torch_compile" not in training:
+        compiled = bool(_COMPILED.search(row.get("notes") or "")) and not _NOT_COMPILED.search(row.get("notes") or "")
+        training["torch_compile"] = compiled
+        notes.append(f"torch_compile={str(compiled).lower()} (the notes {'say' if compiled else 'do not say'} "
+                     f"torch.compile)")
+    from oracle.config import FRAMEWORK_DEFAULTS
+    unstated = {k: v for k, v in FRAMEWORK_DEFAULTS["torchtitan"].items() if k not in training}
+    if unstated:
+        notes.append(", ".join(f"{k}={str(v).lower()}" for k, v in unstated.items()) + " (TorchTitan's defaults)")
     return notes
 
 
@@ -377,6 +408,7 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
             "cluster": {"hardware": _resolve((row.get("hardware") or "").strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
     assumed += _published_spellings(training)
+    assumed += _published_framework(training, row)
     assumed += _published_variant(data, row)
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)

@@ -217,6 +217,10 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     for k, v in _layout(run).items():
         put(k, v)
     done.update(LAYOUT_KEYS)
+    done.update(("framework", "torch_compile"))
+    if t.framework != "megatron":
+        unsup.append(("framework", t.framework, f"the projection priced {t.framework}'s kernels; Megatron-LM runs "
+                                                "Transformer Engine's (re-project with framework=megatron)"))
     _rest(run, ex, done)
     return ex
 
@@ -310,8 +314,14 @@ def _torchtitan(run: RunConfig) -> Export:
     done.add("moe_a2a_overlap")
     if t.moe_a2a_overlap:
         unsup.append(("moe_a2a_overlap", True, "TorchTitan has no merged forward/backward all-to-all overlap"))
-    if not t.loss_fusion:
+    if not t.loss_fusion and t.framework != "torchtitan":
         unsup.append(("loss_fusion", False, "TorchTitan has no switch for it"))
+    done.update(("framework", "torch_compile"))
+    if t.torch_compile:
+        opt.append(("compile.enable", True))
+    if t.framework != "torchtitan":
+        unsup.append(("framework", t.framework, "the projection priced Megatron/Transformer Engine kernels; "
+                                                "re-project with framework=torchtitan for TorchTitan's"))
     _rest(run, ex, done)
     return ex
 
