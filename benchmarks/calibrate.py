@@ -362,6 +362,11 @@ def _resid(rows: list[FitRow], names, x) -> np.ndarray:
     return np.array(out)
 
 
+def _robust(z: np.ndarray) -> np.ndarray:
+    """Soft-L1 rows: sign(z) sqrt(2 (sqrt(1 + z^2) - 1)), quadratic within one ROW_SD, linear beyond."""
+    return np.sign(z) * np.sqrt(2.0 * (np.sqrt(1.0 + z * z) - 1.0))
+
+
 def fit_all(rows: list[FitRow]) -> dict[str, dict]:
     """MAP least squares in log space over every generation at once: per generation its GEMM / attention
     / FP4 multipliers, per vendor stack one host-cost multiplier (when it has >= MIN_MOE_ROWS_FOR_HOST
@@ -403,7 +408,7 @@ def fit_all(rows: list[FitRow]) -> dict[str, dict]:
     lo = [-1.5 if n != "host_op_s" else -3.0 for _, n in cols]
     hi = [1.0 if n != "host_op_s" else 3.0 for _, n in cols]
     sd = np.array([PRIOR_SD[n] for _, n in cols])
-    sol = least_squares(lambda x: np.concatenate([resid(x) / ROW_SD, x / sd]), x0, bounds=(lo, hi),
+    sol = least_squares(lambda x: np.concatenate([_robust(resid(x) / ROW_SD), x / sd]), x0, bounds=(lo, hi),
                         diff_step=1e-3, jac_sparsity=sparsity)
     out = {}
     for g in gens:

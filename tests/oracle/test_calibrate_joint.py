@@ -3,6 +3,7 @@ import importlib.util
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import SHARED
@@ -38,12 +39,15 @@ def test_the_host_cost_is_one_multiplier_per_vendor_stack(cal, fitted):
     assert not any(cal.generation_of(r.part) == "ampere" for r in rows)
 
 
-def test_the_fit_improves_its_rows_and_stays_in_bounds(fitted):
-    """A MAP fit: the rows' sum of squared log errors can only fall from the priors (x = 0)."""
+def test_the_fit_improves_its_rows_and_stays_in_bounds(cal, fitted):
+    """A MAP fit with soft-L1 rows: the rows' robust loss can only fall from the priors (x = 0, where the
+    prior term is zero)."""
     _, fits = fitted
-    before = sum(float(x) ** 2 for f in fits.values() for x in f["before"])
-    after = sum(float(x) ** 2 for f in fits.values() for x in f["after"])
-    assert after <= before
+
+    def loss(key: str) -> float:
+        z = [float(x) / cal.ROW_SD for f in fits.values() for x in f[key]]
+        return float(sum(v ** 2 for v in cal._robust(np.array(z))))
+    assert loss("after") <= loss("before")
     for gen, f in fits.items():
         assert all(-3.0 <= v <= 3.0 for v in f["x"]), gen
         assert all(math.exp(abs(a)) - 1 < 1.0 for a in f["after"]), gen  # no fitted row left 100% off
@@ -57,3 +61,13 @@ def test_rows_with_a_guessed_recompute_are_not_fitted_on(cal, fitted):
     ids = {r.id for r in rows}
     guessed = [r["id"] for r in read_rows(CSVS[1]) if any(RECOMPUTE_GUESS in a for a in row_to_run(r)[1])]
     assert guessed and not ids & set(guessed)
+
+
+def test_an_outlier_row_pulls_linearly_not_quadratically(cal):
+    """Soft-L1: a row within one ROW_SD weighs as in least squares; a row 6 spreads off (a software
+    release the model has no term for) weighs about 6x, not 36x, one row at one spread."""
+    import numpy as np
+    r = cal._robust(np.array([0.1, 1.0, 6.0, -6.0]))
+    assert r[0] ** 2 == pytest.approx(0.01, rel=0.01)
+    assert r[2] ** 2 == pytest.approx(2 * (math.sqrt(37) - 1), rel=1e-12) and r[3] == -r[2]
+    assert r[2] ** 2 < 12 and r[1] ** 2 == pytest.approx(2 * (math.sqrt(2) - 1))

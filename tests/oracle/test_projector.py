@@ -77,11 +77,15 @@ def test_deepep_beats_alltoall_when_ep_spans_nodes():
     assert deepep > a2a
 
 
-def test_moe_imbalance_slows_the_busiest_rank():
-    kw = dict(seq_len=4096, gbs=256, ep=8, precision="fp8")
+@pytest.mark.parametrize("mbs", [1, 4])
+def test_moe_imbalance_slows_the_busiest_rank(mbs):
+    """Where the GPU sets the pace (MBS 4) the busiest rank's extra expert work shows; at MBS 1 Qwen3's
+    layers are host-bound (docs/kernel-model.md) and the extra device work may hide behind the host, but
+    it never makes a run faster."""
+    kw = dict(seq_len=4096, gbs=256, ep=8, precision="fp8", mbs=mbs)
     bal = project(run_of("qwen3-30b-a3b", "h100-sxm", 32, **kw)).iteration_time_s
     skew = project(run_of("qwen3-30b-a3b", "h100-sxm", 32, moe_imbalance=1.3, **kw)).iteration_time_s
-    assert skew > bal
+    assert skew > bal if mbs > 1 else skew >= bal
 
 
 MIXTRAL = dict(seq_len=8192, gbs=512, pp=4, vpp=2, ep=8)
