@@ -302,9 +302,7 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
     ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
                   saved=(Saved("context", T * ctx_w * b_g),)))
     if dt != "bf16":
-        cast = _cast_bytes(dt, in_elems + T * card.attn_out_width / tp)
-        ops.append(Op(name="attn_quant", kind=MEMORY, bytes_f=cast * (EAGER_CAST_FACTOR if s.eager else 1.0),
-                      kernels=4 if s.eager else 2, host_ops=4 if s.eager else 2))
+        ops.append(_quant_op(s, "attn_quant", _cast_bytes(dt, in_elems + T * card.attn_out_width / tp), PRE_SYNC))
     ops.append(Op(name="attn_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1, saved=_dropout_mask(s, H)))
     return ops
 
