@@ -218,7 +218,12 @@ PUBLISHED_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **{k: ("none", "") for k in ("none", "no", "off", "false", "0")},
         # Megatron's --recompute-method block/uniform are ways to place *full* recompute over the layers
         **{k: ("full", "recompute method block/uniform is full-layer recompute") for k in ("full", "block", "uniform")},
+        **{k: ("full", "activation checkpointing of whole layers") for k in ("fullac", "ac", "checkpoint",
+                                                                           "activationcheckpointing")},
         "selective": ("selective", ""),
+        # TorchTitan's selective_ac_option="op" (its op-level checkpointing; Megatron's under framework=megatron)
+        **{k: ("selective", "TorchTitan's op-level selective checkpointing") for k in ("op", "selectiveop", "opsac",
+                                                                                      "sac", "selectiveopac")},
     },
 }
 

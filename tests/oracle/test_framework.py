@@ -170,6 +170,14 @@ def test_validate_reads_torchtitan_from_the_source_and_compile_from_the_notes(no
     assert any("TorchTitan's defaults" in a for a in res.assumed)
 
 
+@pytest.mark.parametrize("published", ["selective op", "SAC", "op"])
+def test_validate_reads_torchtitans_checkpointing_spellings(published):
+    [res] = validate_rows([_row(source=_TITAN_SOURCE, notes="", recompute=published)])
+    assert res.skipped is None, res.skipped
+    assert res.projection.config["training"]["recompute"] == "selective"
+    assert any(a.startswith("recompute=selective (published") for a in res.assumed)
+
+
 def test_validate_leaves_other_rows_megatron_and_a_stated_framework_alone():
     [plain] = validate_rows([_row(source="https://github.com/NVIDIA-NeMo/Megatron-Bridge", notes="")])
     assert plain.projection.config["training"]["framework"] == "megatron"
