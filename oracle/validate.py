@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oracle.config import RunConfig, TrainingConfig
+from oracle.config import FRAMEWORK_DEFAULTS, RunConfig, TrainingConfig
 from oracle.errors import InvalidConfigError, PrimusError, clip
 from oracle.units import GIB
 
@@ -265,7 +265,6 @@ def _published_framework(training: dict[str, Any], row: dict[str, str]) -> list[
         training["torch_compile"] = compiled
         notes.append(f"torch_compile={str(compiled).lower()} (the notes {'say' if compiled else 'do not say'} "
                      f"torch.compile)")
-    from oracle.config import FRAMEWORK_DEFAULTS
     unstated = {k: v for k, v in FRAMEWORK_DEFAULTS["torchtitan"].items() if k not in training}
     if unstated:
         notes.append(", ".join(f"{k}={str(v).lower()}" for k, v in unstated.items()) + " (TorchTitan's defaults)")
