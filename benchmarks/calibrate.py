@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracle.hardware import bundled_hardware, load_hardware  # noqa: E402
 from oracle.projector import project  # noqa: E402
-from oracle.validate import RECOMPUTE_GUESS  # noqa: E402
+from oracle.validate import GUESSES  # noqa: E402
 from oracle.validate import batch_contrasts as _batch_contrasts  # noqa: E402
 from oracle.validate import newest_flags, read_rows, row_to_run, validate_rows  # noqa: E402
 
@@ -107,10 +107,10 @@ def _fit_run(row: dict, base: Path | None = None, adjust=None, quiet: bool = Fal
         if not quiet:
             print(f"   (excluded {row['id']}: assumed defaults for {','.join(assumed)} do not fit in memory)")
         return None
-    guessed = [a for a in assumed if RECOMPUTE_GUESS in a]
-    if guessed:  # validate projects it with a guessed memory setting; the fit learns only from what ran
+    guessed = [a for a in assumed if any(g in a for g in GUESSES)]
+    if guessed:  # validate projects it with a guessed memory or token-drop setting; the fit learns only from what ran
         if not quiet:
-            print(f"   (excluded {row['id']}: does not fit without an unpublished memory setting ({guessed[0]}))")
+            print(f"   (excluded {row['id']}: projected with an unpublished setting validate chose ({guessed[0]}))")
         return None
     return run
 

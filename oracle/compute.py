@@ -205,7 +205,8 @@ class LayerModel:
         if t.ep > 1:
             deepep = t.moe_a2a_backend == "deepep"
             disp_elem = 1 if (deepep and self.dtype != "bf16") else BF16  # DeepEP dispatches fp8 under low precision
-            per_rank = self.T_sp * m.moe_topk * H * t.moe_imbalance
+            # the busiest rank's pairs (drop-and-pad sends the padded capacity buffers)
+            per_rank = self.T_sp * m.moe_topk * H * t.moe_load
             kw = {"backend": t.moe_a2a_backend, "topk": m.moe_topk} if deepep else {}
             d = self._coll("all_to_all", "ep", disp_elem * per_rank, **kw)
             c = self._coll("all_to_all", "ep", BF16 * per_rank, **kw)
@@ -269,7 +270,7 @@ class LayerModel:
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
         # host-bound stretches: per forward segment (the dispatcher sync stops the host running ahead)
         # max(device, host); backward has no sync, one stretch. The idle is the excess over the device.
-        synced = kind == "moe" and not t.moe_sync_free
+        synced = kind == "moe" and t.moe_host_sync
         f_exposed_comm = sum(c.f_exposed_s for c in comm.values())
         b_exposed_comm = sum(c.b_exposed_s for c in comm.values())
         host_b = 0.0

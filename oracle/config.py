@@ -110,6 +110,16 @@ class TrainingConfig:
     """Overlap the distributed-optimizer / FSDP parameter all-gather with forward."""
     moe_imbalance: float = 1.0
     """Busiest-rank / mean expert load (paper Sec. 4.10); 1.0 = balanced."""
+    moe_expert_capacity_factor: float | None = None
+    """Token-drop MoE (Megatron ``--moe-expert-capacity-factor``): each expert takes at most this factor x
+    its mean share of a micro-batch's (token, expert) pairs, the router drops the rest (Megatron-Core
+    ``topk_softmax_with_capacity``). The busiest expert then works on min(moe_imbalance, factor) x the mean.
+    None = dropless. Dropping changes what is trained: searches keep it at the baseline's value unless a
+    space lists it."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Megatron ``--moe-pad-expert-input-to-capacity``: every expert's input padded to its capacity, so each
+    expert GEMM and the all-to-all carry factor x the mean whatever the routing (static shapes: the
+    all-to-all dispatcher sizes its splits without a device-to-host sync). Needs the capacity factor."""
     loss_fusion: bool = True
     """Fused cross-entropy (no fp32 logits scratch)."""
     decoder_first_pipeline_num_layers: int | None = None
@@ -145,6 +155,21 @@ class TrainingConfig:
         """Selective recompute is TorchTitan's op-level selective activation checkpointing (the outputs
         of every other matmul and of attention are saved, everything else replayed), not Megatron's."""
         return self.recompute == "selective" and self.framework == "torchtitan"
+
+    @property
+    def moe_load(self) -> float:
+        """Busiest expert's (token, expert) pairs over the mean share: the imbalance when dropless, capped
+        at the capacity factor when tokens drop, exactly the factor when padded to capacity."""
+        cf = self.moe_expert_capacity_factor
+        if cf is None:
+            return self.moe_imbalance
+        return cf if self.moe_pad_expert_input_to_capacity else min(self.moe_imbalance, cf)
+
+    @property
+    def moe_host_sync(self) -> bool:
+        """Each MoE-layer forward waits once on the host for the per-expert token counts (Megatron-Core
+        MoEAlltoAllTokenDispatcher): not with drop-and-pad (static splits) nor sync-free MoE."""
+        return not (self.moe_sync_free or self.moe_pad_expert_input_to_capacity)
 
     @property
     def sp(self) -> bool:

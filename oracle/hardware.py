@@ -73,7 +73,8 @@ class Efficiency:
     moe_sync_stall_s: float
     """GPU idle time per forward pass of one MoE layer while the host catches up after the token
     dispatcher's device-to-host synchronisation (token counts for the all-to-all splits and the
-    grouped-GEMM sizes); zero with a sync-free MoE (``training.moe_sync_free``)."""
+    grouped-GEMM sizes); zero with a sync-free MoE (``training.moe_sync_free``) or drop-and-pad
+    (``training.moe_pad_expert_input_to_capacity``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

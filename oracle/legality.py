@@ -141,7 +141,33 @@ def check(run: RunConfig) -> list[str]:
                      f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
     if t.moe_a2a_overlap:
         p += _a2a_overlap_problems(run)
+    p += _capacity_problems(run)
     p += _framework_problems(run)
+    return p
+
+
+def _capacity_problems(run: RunConfig) -> list[str]:
+    """Token-drop MoE: Megatron-Core's TransformerConfig checks (the capacity factor works with the
+    all-to-all dispatcher only; padding to capacity needs a capacity factor)."""
+    t, m = run.training, run.model
+    cf = t.moe_expert_capacity_factor
+    p = []
+    if t.moe_pad_expert_input_to_capacity and cf is None:
+        p.append("moe_pad_expert_input_to_capacity=true needs moe_expert_capacity_factor (the capacity it pads "
+                 "to), e.g. 1.0")
+    if cf is None:
+        return p
+    if not m.is_moe:
+        p.append(f"moe_expert_capacity_factor={cf} needs a MoE model; {m.name} is dense")
+    elif not cf > 0:
+        p.append(f"moe_expert_capacity_factor={cf} must be > 0 (1.0 = each expert takes its mean share; None = "
+                 "dropless)")
+    elif cf > m.num_experts / m.moe_topk:
+        p.append(f"moe_expert_capacity_factor={cf} exceeds experts/top-k = {m.num_experts}/{m.moe_topk}: a capacity "
+                 "above every token drops nothing and pads beyond the micro-batch; use None (dropless)")
+    if t.moe_a2a_backend != "alltoall":
+        p.append(f"moe_expert_capacity_factor with moe_a2a_backend={t.moe_a2a_backend}: Megatron-Core drops tokens "
+                 "in the alltoall dispatcher only")
     return p
 
 
@@ -163,6 +189,8 @@ def _framework_problems(run: RunConfig) -> list[str]:
                    ("moe_a2a_backend=deepep", t.moe_a2a_backend == "deepep", "it dispatches with NCCL all-to-all"),
                    ("moe_sync_free=true", t.moe_sync_free, "sync-free MoE is Primus-Turbo's"),
                    ("moe_a2a_overlap=true", t.moe_a2a_overlap, "it has no merged forward/backward all-to-all"),
+                   ("moe_expert_capacity_factor", t.moe_expert_capacity_factor is not None,
+                    "its MoE is dropless (token choice, no capacity)"),
                    ("fp8_param_gather=true", t.fp8_param_gather, "FSDP2's float8 all-gather is not modelled"),
                    ("sequence_parallel=false", t.tp > 1 and t.sequence_parallel is False,
                     "its tensor parallelism always shards the sequence"),

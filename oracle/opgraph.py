@@ -147,7 +147,11 @@ class Shapes:
     seq_len: int
     dtype: str
     """Decoder-layer GEMM precision: bf16 | fp8 | fp4."""
-    moe_imbalance: float = 1.0
+    moe_load: float = 1.0
+    """Busiest expert's pairs over the mean (TrainingConfig.moe_load: imbalance, capped or padded by the
+    capacity factor)."""
+    capacity_factor: float | None = None
+    """Token-drop MoE: the router also keeps each expert's top-capacity tokens (TrainingConfig)."""
     saved_gemm_bytes: int = BF16
     """Bytes per saved GEMM input: 1 with fp8_activations (TE saves FP8 inputs; paper App. B.1's B_act)."""
     flash_attention: bool = True
@@ -174,7 +178,8 @@ class Shapes:
         t = run.training
         T = t.mbs * t.seq_len // t.cp
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
-                   seq_len=t.seq_len, dtype=t.gemm_dtype, moe_imbalance=t.moe_imbalance,
+                   seq_len=t.seq_len, dtype=t.gemm_dtype, moe_load=t.moe_load,
+                   capacity_factor=t.moe_expert_capacity_factor,
                    saved_gemm_bytes=FP8 if t.fp8_activations else BF16, framework=t.framework,
                    compiled=t.torch_compile, **saved_tensor_assumptions)
 
@@ -354,8 +359,19 @@ def _mlp_saved(card, s: Shapes, tokens: float, ffn_r: float) -> tuple[tuple[Save
 
 def moe_pairs(card, s: Shapes) -> float:
     """(token, expert) pairs the busiest rank's local experts process per micro-batch (paper Sec. 4.10):
-    the SP shard's tokens x top-k x ETP, times the imbalance."""
-    return s.T_sp * card.moe_topk * s.etp * s.moe_imbalance
+    the SP shard's tokens x top-k x ETP, times the load (imbalance, or the capacity factor's cap / padding)."""
+    return s.T_sp * card.moe_topk * s.etp * s.moe_load
+
+
+def _capacity_ops(s: Shapes, tokens: int, experts: int) -> tuple[Op, ...]:
+    """Token-drop MoE: Megatron-Core ``topk_softmax_with_capacity`` keeps each expert's top-capacity
+    tokens, a top-k over the tokens of the T x E fp32 probabilities (read twice: top-k, then the gather
+    and mask), writing the dropped-token mask: five torch ops (top-k, zeros + scatter of the capacity
+    mask, logical_and with the top-k map, the masked probabilities). Dropless routing has no such op."""
+    if s.capacity_factor is None:
+        return ()
+    return (Op(name="router_capacity", kind=MEMORY, bytes_f=(FP32 * 2 + MASK) * tokens * experts, kernels=5,
+               host_ops=5),)
 
 
 def moe_ops(card, s: Shapes) -> list[Op]:
@@ -370,7 +386,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     up = (2 if card.gated else 1) * ffn_l
     E, rb, b_g = card.num_experts, s.router_saved_bytes, s.saved_gemm_bytes
     # busiest rank's (token, expert) pairs: each GPU of the EP group receives k x its routed tokens on
-    # average (uniform routing); ETP all-gathers them over the etp ranks; x moe_imbalance
+    # average (uniform routing); ETP all-gathers them over the etp ranks; x moe_load
     act_saved, down_saved = _mlp_saved(card, s, pairs, card.expert_ffn / s.etp)
     # TE's GroupedLinear: one GEMM per local expert from a C++ loop; TorchTitan: one torch._grouped_mm
     titan = s.framework == "torchtitan"
@@ -385,6 +401,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
            # T x E logits and probabilities (fp32)
            Op(name="router_topk", kind=MEMORY, bytes_f=FP32 * 3 * tokens * E, kernels=6, host_ops=14,
               saved=(Saved("router_logits", tokens * E * rb), Saved("router_probs", tokens * E * rb))),
+           *_capacity_ops(s, tokens, E),
            # permute + unpermute copies (k*T*H each way) after the sync, plus sort/unsort by local expert.
            # The combine needs only the routing map (probs are applied in the expert activation,
            # Megatron-Core weighted SwiGLU), so no k*T*H copy is saved on the way back

@@ -253,6 +253,23 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     return L, comm, chunks, costs, edges, p2p_algo
 
 
+def _token_drop_warnings(t) -> list[str]:
+    """What a capacity factor does to the trained tokens and to the work (a projection ranks speed only)."""
+    cf = t.moe_expert_capacity_factor
+    if cf is None:
+        return []
+    out = []
+    if t.moe_imbalance > cf:
+        out.append(f"token-drop MoE: the busiest expert receives {t.moe_imbalance:g}x its mean share and keeps "
+                   f"{cf:g}x: it drops {1 - cf / t.moe_imbalance:.0%} of its tokens (training quality is not projected)")
+    elif cf < 1.0:
+        out.append(f"token-drop MoE: capacity factor {cf:g} < 1 drops tokens even under balanced routing")
+    if t.moe_pad_expert_input_to_capacity and cf > 1.0:
+        out.append(f"drop-and-pad: every expert computes {cf:g}x its mean share; on average {1 - 1 / cf:.0%} of "
+                   "the expert GEMM rows are padding")
+    return out
+
+
 def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: int
                       ) -> tuple[list[CommTerm], float, float]:
     """Terms added after the pipeline flush on rank ``crit``: exposed DP gradient sync (expert part
@@ -439,6 +456,7 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     warnings = []
     if not memory.fits:
         warnings.append(f"does not fit: peak {memory.peak_bytes / GIB:.1f} GiB > cap {memory.cap_bytes / GIB:.1f} GiB")
+    warnings += _token_drop_warnings(t)
     return Projection(config=run.to_dict(), mode=mode, memory=memory, iteration_time_s=iteration,
                       tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak,
                       breakdown=breakdown, warnings=tuple(warnings), details=details)

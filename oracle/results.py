@@ -119,7 +119,7 @@ class TimeBreakdown:
     optimizer_s: float
     host_sync_s: float = 0.0
     """GPU idle waiting on the host: after the MoE dispatcher's device-to-host syncs (one per MoE-layer
-    forward, replayed by full recompute; none with ``moe_sync_free``) and wherever the host issues a
+    forward, replayed by full recompute; none with ``moe_sync_free`` or drop-and-pad) and wherever the host issues a
     pass's ops slower than the GPU runs them (host-bound small kernels, docs/kernel-model.md)."""
     comm: tuple[CommTerm, ...] = ()
     other_s: float = 0.0

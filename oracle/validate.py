@@ -27,6 +27,12 @@ LIST_KEYS = ("recompute_modules",)
 RECOMPUTE_GUESS = "the fastest memory setting that fits"
 """Marks the ``assumed`` note of a row whose unpublished memory setting validate chose (see
 _assume_least_recompute); benchmarks/calibrate.py does not fit on such rows."""
+TOKEN_DROP_GUESS = "Megatron-Core's drop-and-pad at 1.0 assumed"
+"""Marks the ``assumed`` note of a token-drop row whose unpublished capacity factor validate chose
+(_published_token_drop)."""
+GUESSES = (RECOMPUTE_GUESS, TOKEN_DROP_GUESS)
+"""Markers of settings validate chose for a row that ran with settings nobody published: calibrate.py
+fits on none of them (the fit learns only from what ran)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +195,25 @@ def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str
 
 
 _NO_MTP = re.compile(r"variant=w/o MTP\b", re.IGNORECASE)
+_TOKEN_DROP = re.compile(r"variant=token[-_ ]?drop\b", re.IGNORECASE)
+TOKEN_DROP_ASSUMED = {"moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
+"""What ``variant=tokendrop`` is priced as when a row gives no factor: capacity 1.0, padded (Megatron-Core's
+drop-and-pad path, static expert shapes). Neither the factor nor the padding is published in the tables."""
+
+
+def _published_token_drop(training: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """A row whose notes say ``variant=tokendrop`` (NVIDIA's 25.09 MoE tables publish token-drop and
+    dropless runs side by side) trains a capacity-factor MoE: the keys the row leaves unstated get
+    TOKEN_DROP_ASSUMED, named in its ``assumed``."""
+    if not _TOKEN_DROP.search(row.get("notes") or ""):
+        return []
+    keys = {k: v for k, v in TOKEN_DROP_ASSUMED.items() if k not in training}
+    if not keys:
+        return []
+    training.update(keys)
+    shown = ", ".join(f"{k}={'true' if v is True else v}" for k, v in keys.items())
+    return [f"{shown} (the row's notes: variant=tokendrop; the capacity factor and padding are not published: "
+            f"{TOKEN_DROP_GUESS})"]
 
 
 # Published tables spell a setting their own way; each spelling maps onto the oracle's value, and the
@@ -414,6 +439,7 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
     assumed += _published_spellings(training)
     assumed += _published_framework(training, row)
     assumed += _published_variant(data, row)
+    assumed += _published_token_drop(training, row)
     if not any(k in training for k in LAYOUT_KEYS):
         assumed += _assume_recipe_layout(data, row)
     if "moe_a2a_backend" not in training:

@@ -205,6 +205,11 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
                 put("turbo_sync_free_moe_stage", 2)  # Primus-Turbo sync-free MoE (stage >= 2 needs DeepEP)
             else:
                 unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's, not upstream Megatron-LM's"))
+    done.update(("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity"))
+    if t.moe_expert_capacity_factor is not None:  # token-drop MoE (Megatron-Core's alltoall dispatcher)
+        put("moe_expert_capacity_factor", t.moe_expert_capacity_factor)
+        if t.moe_pad_expert_input_to_capacity:
+            put("moe_pad_expert_input_to_capacity", True)
     done.add("moe_a2a_overlap")
     if t.moe_a2a_overlap:  # Megatron-Core 0.14+: merged forward/backward with the EP all-to-all overlapped
         put("overlap_moe_expert_parallel_comm", True)

@@ -53,13 +53,15 @@ def test_the_fit_improves_its_rows_and_stays_in_bounds(cal, fitted):
         assert all(math.exp(abs(a)) - 1 < 1.0 for a in f["after"]), gen  # no fitted row left 100% off
 
 
-def test_rows_with_a_guessed_recompute_are_not_fitted_on(cal, fitted):
-    """validate projects a row that does not fit without recompute with the fastest recompute that fits;
-    the fit learns only from rows whose settings are published or defaults that fit."""
-    from oracle.validate import RECOMPUTE_GUESS, read_rows, row_to_run
+@pytest.mark.parametrize("marker", ["RECOMPUTE_GUESS", "TOKEN_DROP_GUESS"])
+def test_rows_with_a_guessed_setting_are_not_fitted_on(cal, fitted, marker):
+    """validate projects a row that does not fit without recompute with the fastest recompute that fits,
+    and a token-drop row with a capacity factor nobody published; the fit learns only from rows whose
+    settings are published or defaults that fit."""
+    import oracle.validate as v
     rows, _ = fitted
     ids = {r.id for r in rows}
-    guessed = [r["id"] for r in read_rows(CSVS[1]) if any(RECOMPUTE_GUESS in a for a in row_to_run(r)[1])]
+    guessed = [r["id"] for r in v.read_rows(CSVS[1]) if any(getattr(v, marker) in a for a in v.row_to_run(r)[1])]
     assert guessed and not ids & set(guessed)
 
 
