@@ -357,14 +357,11 @@ class RunConfig:
         run holds exactly the bundled content, any other (a file, an inline or an edited one) inline."""
         t = to_dict(self.training)
         hw = self.cluster.hardware
-        hw_name = self.hardware_ref if self.hardware_ref in bundled_hardware() else hw.name
-        cluster: dict[str, Any] = {
-            "hardware": hw_name if _is_bundled(hw_name, hw, bundled_hardware, load_hardware) else profile_to_dict(hw),
-            "num_gpus": self.cluster.num_gpus}
+        hw_name = _bundled_name(self.hardware_ref, hw, bundled_hardware, load_hardware)
+        cluster: dict[str, Any] = {"hardware": hw_name or profile_to_dict(hw), "num_gpus": self.cluster.num_gpus}
         if self.cluster.memory_margin != DEFAULT_MEMORY_MARGIN:
             cluster["memory_margin"] = self.cluster.memory_margin
-        m_name = self.model_ref if self.model_ref in bundled_models() else self.model.name
-        model = m_name if _is_bundled(m_name, self.model, bundled_models, load_model) else self.model.to_dict()
+        model = _bundled_name(self.model_ref, self.model, bundled_models, load_model) or self.model.to_dict()
         return {"model": model, "cluster": cluster, "training": t}
 
     def key(self) -> str:
@@ -420,6 +417,25 @@ def hardware_digest(hw: HardwareProfile) -> str:
         data["efficiency"] = {k: v["value"] for k, v in data["efficiency"].items()}  # values, not citations
         return _digest(data, _DOC_ONLY_PROFILE_KEYS)
     return _cached_digest(hw, compute)
+
+
+_BUNDLED_NAMES: dict[tuple[Any, str, int], tuple[Any, str | None]] = {}
+"""(registry, reference, id(component)) -> (the component, the bundled name that identifies it or None):
+every projection's config view asks this of the same few cards and profiles (four file-system stats a call)."""
+
+
+def _bundled_name(ref: str, held: Any, names: Any, load: Any) -> str | None:
+    """The bundled name that alone identifies ``held`` (referenced as ``ref``), or None (write it inline)."""
+    key = (names, ref, id(held))
+    hit = _BUNDLED_NAMES.get(key)
+    if hit is not None and hit[0] is held:
+        return hit[1]
+    name = ref if ref in names() else held.name
+    out = name if _is_bundled(name, held, names, load) else None
+    if len(_BUNDLED_NAMES) >= 256:
+        _BUNDLED_NAMES.clear()
+    _BUNDLED_NAMES[key] = (held, out)
+    return out
 
 
 def _is_bundled(name: str, held: Any, names: Any, load: Any) -> bool:

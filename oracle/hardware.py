@@ -132,9 +132,20 @@ class HardwareProfile:
     sources: dict[str, Any] = field(default_factory=dict)
     """Citations for the spec numbers."""
 
+    _hash: int = field(init=False, repr=False, compare=False)
+    """Hash of the identifying scalars, computed once: the lru_cache'd kernels hash the profile per op."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,
+                                                tuple(sorted(self.peak_flops_per_s.items())), self.efficiency)))
+
+    def __setstate__(self, state: list[Any]) -> None:  # unpickled in another process: its own string hashes
+        for f, v in zip(dataclasses.fields(self), state):
+            object.__setattr__(self, f.name, v)
+        self.__post_init__()
+
     def __hash__(self) -> int:  # dict fields: hash the identifying scalars (used by lru_cache'd kernels)
-        return hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,
-                     tuple(sorted(self.peak_flops_per_s.items())), self.efficiency))
+        return self._hash
 
     @property
     def ranks_per_scale_up_domain(self) -> int:

@@ -154,7 +154,7 @@ def to_dict(obj: Any) -> dict[str, Any]:
     out = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        if dataclasses.is_dataclass(v):
+        if hasattr(v, "__dataclass_fields__") and not isinstance(v, type):  # dataclasses.is_dataclass, inlined
             v = to_dict(v)
         elif isinstance(v, tuple):
             v = list(v)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,6 +75,34 @@ class CompiledOrder:
     """Peak micro-batch-chunks alive per rank (order-only)."""
     splits_bw: bool
     """True when the order uses separate B and W ops."""
+    chain: tuple[tuple[int, int, int, int, int, int], ...] = field(init=False, repr=False)
+    """The steps as the timed pass reads them: (key, rank predecessor's key, folded cost index, cross-rank
+    dependency, its boundary, cost index). A dependency on the same rank (the op's own F or B, the turn
+    of a V) finished no later than the rank predecessor, so it cannot set the start and is dropped (-1,
+    the sentinel). An op no other rank waits for and with no cross-rank input (a W, stage 0's B, the
+    last stage's F...) only delays its rank's next op: it is folded into that op as one cost added to
+    the predecessor's end (one op at most, so the same float additions: bit-identical times)."""
+    tails: tuple[tuple[int, int], ...] = field(init=False, repr=False)
+    """Per rank (its last emitted key, a folded cost index after it): the rank's end."""
+
+    def __post_init__(self) -> None:
+        # b1 >= 0 exactly when d1 sits on another rank (compile_order_reference, fast_compile)
+        awaited = {d1 for _r, _key, d1, b1, _d2, _ci in self.steps if b1 >= 0}
+        prev = [-1] * self.pp
+        fold = [-1] * self.pp  # cost index of the op folded into the rank's next one (-1: none)
+        fold_key = [-1] * self.pp
+        chain = []
+        for r, key, d1, b1, _d2, ci in self.steps:
+            if b1 < 0 and key not in awaited:
+                if fold[r] >= 0:  # a second such op in a row: the first becomes a step of its own
+                    chain.append((fold_key[r], prev[r], -1, -1, -1, fold[r]))
+                    prev[r] = fold_key[r]
+                fold[r], fold_key[r] = ci, key
+                continue
+            chain.append((key, prev[r], fold[r], d1 if b1 >= 0 else -1, b1, ci))
+            prev[r], fold[r] = key, -1
+        object.__setattr__(self, "chain", tuple(chain))
+        object.__setattr__(self, "tails", tuple(zip(prev, fold)))
 
     @property
     def flat(self) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
@@ -315,18 +343,17 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         cost = [x for vec in cost_vecs for x in vec]
         lat = list(costs.boundary_p2p_s())
         lat.append(0.0)  # boundary -1: same rank / no dependency
-    fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
-    free = [0.0] * pp
-    for r, key, d1, b1, d2, ci in plan.steps:
-        s = free[r]
-        f = fin[d1] + lat[b1]
-        if f > s:
-            s = f
-        f = fin[d2]
-        if f > s:
-            s = f
-        fin[key] = free[r] = s + cost[ci]
-    makespan = max(free)
+    if timeline:
+        fin = _replay_all(plan, cost, lat)
+        makespan = max(fin[k] for k in _last_keys(plan))
+    else:
+        cost.append(0.0)  # cost index -1: nothing folded
+        fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
+        for key, prev, fold, d, b, ci in plan.chain:  # start: rank predecessor (+ a folded op), cross input + p2p
+            s = fin[prev] + cost[fold]
+            f = fin[d] + lat[b]
+            fin[key] = (f if f > s else s) + cost[ci]
+        makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
     busy = tuple(sum(n * x for n, x in zip(plan.op_counts[r], cost_vecs[r])) for r in range(pp))
     act = np.asarray(costs.act_bytes, dtype=float)
     frac = costs.b_release_fraction
@@ -339,6 +366,29 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         peak_activation_bytes=tuple(peaks.tolist()), peak_in_flight=plan.peak_in_flight,
         order=plan.order, **(_timeline(plan, fin, lat) if timeline else {"start_s": ((),) * pp, "end_s": ((),) * pp}),
         approximate=approximate, note=note)
+
+
+def _replay_all(plan: CompiledOrder, cost: list[float], lat: list[float]) -> list[float]:
+    """Every op's finish time (the timeline needs the folded ones too): the unfolded steps."""
+    fin = [0.0] * (plan.n_keys + 1)
+    free = [0.0] * plan.pp
+    for r, key, d1, b1, d2, ci in plan.steps:
+        s = free[r]
+        f = fin[d1] + lat[b1]
+        if f > s:
+            s = f
+        f = fin[d2]
+        if f > s:
+            s = f
+        fin[key] = free[r] = s + cost[ci]
+    return fin
+
+
+def _last_keys(plan: CompiledOrder) -> list[int]:
+    last = [-1] * plan.pp
+    for r, key, *_ in plan.steps:
+        last[r] = key
+    return last
 
 
 def _timeline(plan: CompiledOrder, fin: list[float], lat: list[float]) -> dict[str, tuple[tuple[float, ...], ...]]:

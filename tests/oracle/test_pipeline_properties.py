@@ -109,6 +109,21 @@ def test_simulator_matches_reference_semantics(case):
 
 
 @SETTINGS
+@given(case_st(), st.booleans())
+def test_folded_replay_is_bit_identical(case, blocking):
+    """The search path (timeline=False: same-rank inputs dropped, ops nobody waits for folded into the
+    rank's next op) gives exactly the makespan, busy times and memory peaks of the full replay, and
+    the makespan is the last op's end of the timeline."""
+    name, pp, vpp, m, costs = case
+    costs = dataclasses.replace(costs, p2p_blocking=blocking)
+    full = run_schedule(name, pp, vpp, m, costs)
+    fast = run_schedule(name, pp, vpp, m, costs, timeline=False)
+    assert fast.makespan_s == full.makespan_s
+    assert fast.busy_s == full.busy_s and fast.peak_activation_bytes == full.peak_activation_bytes
+    assert full.makespan_s == max(ends[-1] for ends in full.end_s if ends)
+
+
+@SETTINGS
 @given(case_st())
 def test_never_beats_the_critical_path(case):
     name, pp, vpp, m, costs = case

@@ -76,7 +76,7 @@ def ray_head(tmp_path):
     head = subprocess.Popen(cmd, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{dash}"
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 180  # a loaded 2-core VM has taken over 90 s to bring the head up
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
