@@ -26,17 +26,27 @@ from oracle.hardware import load_hardware
 from oracle.yamlio import load_mapping
 
 
-def _median_time(fn, device: torch.device, repeats: int = 5, warmup: int = 2, stat: str = "median") -> float:
+def _median_time(fn, device: torch.device, repeats: int = 5, warmup: int = 2, stat: str = "median",
+                 budget_s: float | None = None) -> float:
+    """Median (or min) seconds of ``fn`` over ``repeats`` runs after ``warmup``. With ``budget_s``, a kernel
+    whose first run already takes a share of the budget gets fewer runs (at least the first, timed): a
+    bf16 GEMM on a CPU without bf16 units runs at ~1 GFLOP/s and would take minutes at full count."""
     ts = []
-    for i in range(warmup + repeats):
+    total = warmup + repeats
+    i = 0
+    while i < total:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        dt = time.perf_counter() - t0
+        if i == 0 and budget_s is not None and dt * total > budget_s:
+            total, warmup = max(1, int(budget_s / dt)), 0  # a kernel this long is warm after one run
         if i >= warmup:
-            ts.append(time.perf_counter() - t0)
+            ts.append(dt)
+        i += 1
     return min(ts) if stat == "min" else statistics.median(ts)
 
 
@@ -45,20 +55,24 @@ def measure_kernels(device: torch.device) -> dict[str, float]:
     (fastest repeat each: what the machine does when nothing else slows it down)."""
     cpu = device.type == "cpu"
     sizes = (512, 1024, 2048) if cpu else (4096, 8192)
+    budget = 2.0 if cpu else None  # seconds per measurement: emulated bf16 on a CPU is slow
     gemm = 0.0
     for n in sizes:
         a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
         b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-        gemm = max(gemm, 2 * n ** 3 / _median_time(lambda: a @ b, device, stat="min"))
+        dt = _median_time(lambda: a @ b, device, stat="min", budget_s=budget)
+        gemm = max(gemm, 2 * n ** 3 / dt)
+        if budget is not None and dt > budget / 8:  # the next size costs 8x: its rate is not worth the wait
+            break
     h, s, d = (8, 1024, 64) if cpu else (32, 8192, 128)
     q, k, v = (torch.randn(1, h, s, d, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     fl = 4.0 * h * d * s * (s + 1) / 2  # causal QK^T + PV
     attn_f = fl / _median_time(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), device,
-                               stat="min")
+                               stat="min", budget_s=budget)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     g = torch.randn_like(out)
     attn_b = 2.5 * fl / _median_time(lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True), device,
-                                     stat="min")
+                                     stat="min", budget_s=budget)
     n = (64 if cpu else 1024) * 2 ** 20
     x = torch.empty(n, dtype=torch.uint8, device=device)
     y = torch.empty_like(x)
