@@ -343,17 +343,16 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         cost = [x for vec in cost_vecs for x in vec]
         lat = list(costs.boundary_p2p_s())
         lat.append(0.0)  # boundary -1: same rank / no dependency
+    cost.append(0.0)  # cost index -1: nothing folded
     if timeline:
         fin = _replay_all(plan, cost, lat)
-        makespan = max(fin[k] for k in _last_keys(plan))
     else:
-        cost.append(0.0)  # cost index -1: nothing folded
         fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
         for key, prev, fold, d, b, ci in plan.chain:  # start: rank predecessor (+ a folded op), cross input + p2p
             s = fin[prev] + cost[fold]
             f = fin[d] + lat[b]
             fin[key] = (f if f > s else s) + cost[ci]
-        makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
+    makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
     busy = tuple(sum(n * x for n, x in zip(plan.op_counts[r], cost_vecs[r])) for r in range(pp))
     act = np.asarray(costs.act_bytes, dtype=float)
     frac = costs.b_release_fraction
@@ -382,13 +381,6 @@ def _replay_all(plan: CompiledOrder, cost: list[float], lat: list[float]) -> lis
             s = f
         fin[key] = free[r] = s + cost[ci]
     return fin
-
-
-def _last_keys(plan: CompiledOrder) -> list[int]:
-    last = [-1] * plan.pp
-    for r, key, *_ in plan.steps:
-        last[r] = key
-    return last
 
 
 def _timeline(plan: CompiledOrder, fin: list[float], lat: list[float]) -> dict[str, tuple[tuple[float, ...], ...]]:
