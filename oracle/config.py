@@ -394,15 +394,21 @@ _DIGESTS: dict[int, tuple[Any, str]] = {}
 digests once per candidate (holding the object keeps its id from being reused)."""
 
 
-def _cached_digest(obj: Any, compute: Any) -> str:
-    hit = _DIGESTS.get(id(obj))
+def _per_object(cache: dict, key: Any, obj: Any, compute: Any) -> Any:
+    """``compute(obj)``, kept in ``cache`` under ``key`` (which holds ``id(obj)``) with the object itself, so
+    a reused id of a collected object is never taken for it; the cache is emptied at 256 entries."""
+    hit = cache.get(key)
     if hit is not None and hit[0] is obj:
         return hit[1]
-    if len(_DIGESTS) >= 256:
-        _DIGESTS.clear()
-    digest = compute(obj)
-    _DIGESTS[id(obj)] = (obj, digest)
-    return digest
+    if len(cache) >= 256:
+        cache.clear()
+    value = compute(obj)
+    cache[key] = (obj, value)
+    return value
+
+
+def _cached_digest(obj: Any, compute: Any) -> str:
+    return _per_object(_DIGESTS, id(obj), obj, compute)
 
 
 def model_digest(card: ModelCard) -> str:
@@ -426,16 +432,10 @@ every projection's config view asks this of the same few cards and profiles (fou
 
 def _bundled_name(ref: str, held: Any, names: Any, load: Any) -> str | None:
     """The bundled name that alone identifies ``held`` (referenced as ``ref``), or None (write it inline)."""
-    key = (names, ref, id(held))
-    hit = _BUNDLED_NAMES.get(key)
-    if hit is not None and hit[0] is held:
-        return hit[1]
-    name = ref if ref in names() else held.name
-    out = name if _is_bundled(name, held, names, load) else None
-    if len(_BUNDLED_NAMES) >= 256:
-        _BUNDLED_NAMES.clear()
-    _BUNDLED_NAMES[key] = (held, out)
-    return out
+    def compute(h: Any) -> str | None:
+        name = ref if ref in names() else h.name
+        return name if _is_bundled(name, h, names, load) else None
+    return _per_object(_BUNDLED_NAMES, (names, ref, id(held)), held, compute)
 
 
 def _is_bundled(name: str, held: Any, names: Any, load: Any) -> bool:
