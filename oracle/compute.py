@@ -92,7 +92,7 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
         g, fz = op.groups, op.fused_groups
         f = gemm_time_s(hw, op.m, op.n, op.k, op.dtype, g, fz)
         b = gemm_time_s(hw, op.m, op.k, op.n, op.dtype, g, fz)
-        w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, g, fz) if op.has_wgrad else 0.0
+        w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, g, fz, op.wgrad_c_bytes) if op.has_wgrad else 0.0
         return f, b, w
     if op.kind == ATTENTION:
         return (attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v),

@@ -43,7 +43,7 @@ def _runnable(hw: HardwareProfile, dtype: str) -> str:
 
 @lru_cache(maxsize=65536)
 def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16", groups: int = 1,
-                fused: bool = False) -> float:
+                fused: bool = False, c_bytes: float = 2.0) -> float:
     """Time of ``groups`` independent (grouped) GEMMs of C[m x n] = A[m x k] B[k x n].
 
     time = max(waves * tile_flops / (per-unit peak * eff), operand bytes / achievable HBM BW),
@@ -51,6 +51,8 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     concurrent groups, summed over the batches and minimised over tiles, and
     eff = max_eff(dtype) * tile_factor * k / (k + k_half). ``fused``: the groups are one kernel
     (PyTorch's torch._grouped_mm, TorchTitan's experts) whose tiles share the waves: one batch of all.
+    ``c_bytes``: HBM bytes per element of C, 2 for a bf16 write; a weight-gradient GEMM that accumulates
+    into the gradient buffer reads and writes it (``Op.wgrad_c_bytes``).
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
@@ -69,7 +71,7 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
         t = waves * (2.0 * tm * tn * k) / (peak_per_unit * max_eff * tile_eff * k_factor)
         best = min(best, t)
     elem = ELEM_BYTES.get(dtype, 2)
-    bytes_moved = groups * ((m * k + k * n) * elem + m * n * 2)
+    bytes_moved = groups * ((m * k + k * n) * elem + m * n * c_bytes)
     mem_t = bytes_moved / (hw.hbm_bandwidth_bytes_per_s * e.hbm)
     return max(best, mem_t, e.kernel_launch_s)
 

@@ -86,6 +86,8 @@ class Op:
     """GEMM input precision: bf16 | fp8 | fp4."""
     has_wgrad: bool = True
     """The GEMM has a trainable weight (a weight-gradient GEMM in backward)."""
+    wgrad_c_bytes: float = BF16
+    """HBM bytes per weight-gradient element the wgrad GEMM moves (Shapes.wgrad_c_bytes)."""
     batch_heads: int = 0
     """Attention: mbs x local query heads."""
     s_q: int = 0
@@ -165,6 +167,13 @@ class Shapes:
     """Whose kernels run the layer: megatron (Transformer Engine) | torchtitan (PyTorch modules)."""
     compiled: bool = False
     """torchtitan: torch.compile fuses each block's elementwise ops (as TE's fused kernels do)."""
+    wgrad_c_bytes: float = 2 * BF16
+    """HBM bytes per weight element a weight-gradient GEMM moves: Megatron-Core's gradient-accumulation
+    fusion (TE ``fuse_wgrad_accumulation``, on by default) has the wgrad GEMM accumulate into the
+    main-gradient buffer (C = A B + C), reading and writing it every micro-batch: 2 x its dtype (bf16
+    4 B, fp32 with grad_reduce_in_fp32 8 B). TorchTitan's autograd writes a bf16 gradient (2 B) that
+    FSDP2 reduce-scatters. Short reductions (few tokens per expert) make the wgrad GEMM bound by this
+    traffic, not by its FLOPs."""
 
     @property
     def eager(self) -> bool:
@@ -177,11 +186,14 @@ class Shapes:
         router_saved_bytes) instead of their defaults."""
         t = run.training
         T = t.mbs * t.seq_len // t.cp
+        titan = t.framework == "torchtitan"
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
                    seq_len=t.seq_len, dtype=t.gemm_dtype, moe_load=t.moe_load,
                    capacity_factor=t.moe_expert_capacity_factor,
                    saved_gemm_bytes=FP8 if t.fp8_activations else BF16, framework=t.framework,
-                   compiled=t.torch_compile, **saved_tensor_assumptions)
+                   compiled=t.torch_compile,
+                   wgrad_c_bytes=BF16 if titan else 2 * (FP32 if t.grad_reduce_in_fp32 else BF16),
+                   **saved_tensor_assumptions)
 
 
 def kv_heads_per_rank(card, tp: int) -> float:
@@ -464,7 +476,12 @@ def _layer_ops(card, s: Shapes, kind: str, window: int | None) -> tuple[Op, ...]
 
 def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]:
     mlp = moe_ops(card, s) if kind == "moe" else dense_mlp_block_ops(card, s)
-    return attention_ops(card, s, window) + mlp
+    return _with_wgrad_traffic(s, attention_ops(card, s, window) + mlp)
+
+
+def _with_wgrad_traffic(s: Shapes, ops: list[Op]) -> list[Op]:
+    """Each trainable GEMM's weight-gradient traffic per element as the run's framework moves it."""
+    return [replace(op, wgrad_c_bytes=s.wgrad_c_bytes) if op.kind == GEMM and op.has_wgrad else op for op in ops]
 
 
 def embedding_ops(card, s: Shapes) -> list[Op]:
@@ -487,11 +504,12 @@ def output_ops(card, s: Shapes, vocab_local: int, loss_fusion: bool) -> list[Op]
         ce_kernels, kept = 2, Saved("logits", logits * BF16)
     # the logits GEMM keeps its bf16 input (the head runs outside the FP8 region) and its T x V/tp logits
     # (kept, bf16, by the cross entropy); the loss keeps a per-token fp32 loss (paper B.1)
-    return [_norm_op(card, s, "final_norm"),
-            Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=H, dtype="bf16", host_ops=2,
-               saved=(Saved("input", s.T_sp * H * BF16), kept)),
-            Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=ce_kernels, host_ops=2 * ce_kernels,
-               saved=(Saved("per_token_loss", T * FP32),))]
+    return _with_wgrad_traffic(s, [
+        _norm_op(card, s, "final_norm"),
+        Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=H, dtype="bf16", host_ops=2,
+           saved=(Saved("input", s.T_sp * H * BF16), kept)),
+        Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=ce_kernels, host_ops=2 * ce_kernels,
+           saved=(Saved("per_token_loss", T * FP32),))])
 
 
 def forward_flops(ops: list[Op]) -> float:

@@ -138,6 +138,36 @@ def test_small_m_gemms_run_far_below_the_large_gemm_rate():
     assert rate(256, 1536, 2048, 16) > rate(256, 1536, 2048, 1)  # grouping fills the waves
 
 
+def test_wgrad_gemms_accumulate_into_the_gradient_buffer_of_its_dtype():
+    """Megatron's wgrad GEMM reads and writes the main-gradient buffer (gradient-accumulation fusion,
+    2 x its dtype per weight element); TorchTitan writes a bf16 gradient once. A short reduction (few
+    tokens) makes it bound by that traffic: the hand count."""
+    h = load_hardware("b200")
+    e_hbm = h.hbm_bandwidth_bytes_per_s * h.efficiency.hbm
+    W, tok = 8192, 64  # an 8192 x 8192 weight's gradient over 64 tokens (fp8 operands)
+    hand = (W * tok * 2 * 1.0 + W * W * 8) / e_hbm
+    assert gemm_time_s(h, W, W, tok, "fp8", 1, False, 8.0) == pytest.approx(hand, rel=1e-12)
+    assert gemm_time_s(h, W, W, tok, "fp8", 1, False, 4.0) < hand
+    walls = {}
+    for fp32, titan in ((False, False), (True, False), (True, True)):
+        extra = {"framework": "torchtitan", "fsdp": True, "use_distributed_optimizer": False} if titan else {}
+        run = _run("qwen3-30b-a3b", hw="b200", gbs=512, mbs=1, ep=8, precision="fp8",
+                   grad_reduce_in_fp32=fp32, **extra)
+        ops = layer_ops(run.model, Shapes.of(run), "moe") + output_ops(run.model, Shapes.of(run), 151936, True)
+        trainable = [o for o in ops if o.kind == GEMM and o.has_wgrad]
+        assert {o.wgrad_c_bytes for o in trainable} == {2 if titan else 8 if fp32 else 4}
+        op = next(o for o in trainable if o.name == "experts_down")
+        w = _layer_model(run).price(op)[2]
+        assert w == gemm_time_s(h, op.k, op.n, op.m, op.dtype, op.groups, op.fused_groups, op.wgrad_c_bytes)
+        walls[(fp32, titan)] = w
+    assert walls[(False, False)] <= walls[(True, False)]
+    # forward and dgrad never touch the gradient buffer
+    lm32 = _layer_model(_run("qwen3-30b-a3b", hw="b200", gbs=512, mbs=1, ep=8, precision="fp8", grad_reduce_in_fp32=True))
+    lm16 = _layer_model(_run("qwen3-30b-a3b", hw="b200", gbs=512, mbs=1, ep=8, precision="fp8"))
+    a, b = lm32.layer("moe"), lm16.layer("moe")
+    assert a.f_s == b.f_s and a.b_s == b.b_s and a.w_s >= b.w_s
+
+
 def test_memory_bound_time_is_bytes_over_achievable_bandwidth_with_a_launch_floor():
     h = load_hardware("h100-sxm")
     nbytes = 1e9
