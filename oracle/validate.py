@@ -160,9 +160,10 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
 
 
 def _resolve(value: str, base_dir: Path | None) -> str:
-    """A relative ``.yaml``/``.yml`` path (a custom model card or hardware profile) is read relative to
-    the CSV's folder, so a CSV and its cards travel together; bundled names pass through."""
-    if base_dir is None or not value.endswith((".yaml", ".yml")) or Path(value).is_absolute():
+    """A relative ``.yaml``/``.yml`` path (a custom model card or hardware profile) or a Hugging Face
+    ``config.json`` path is read relative to the CSV's folder, so a CSV and its cards travel together;
+    bundled names pass through."""
+    if base_dir is None or not value.endswith((".yaml", ".yml", ".json")) or Path(value).is_absolute():
         return value
     return str(base_dir / value)
 

@@ -3,6 +3,7 @@
 These are the bars of the projection issue; they are asserted, so a change to a formula or a
 hardware constant that breaks them fails CI. Known misses would be recorded as strict xfails.
 """
+import shutil
 import statistics
 from pathlib import Path
 
@@ -119,11 +120,14 @@ def test_relative_card_paths_resolve_against_the_csv_folder(tmp_path, monkeypatc
     p = tmp_path / "rows.csv"
     p.write_text("id,model,hardware,num_gpus,seq_len,gbs,measured_tokens_per_s_per_gpu\n"
                  "rel,cards/my-7b.yaml,h100-sxm,8,4096,128,1000\n"
-                 "missing,cards/nope.yaml,h100-sxm,8,4096,128,1000\n")
+                 "missing,cards/nope.yaml,h100-sxm,8,4096,128,1000\n"
+                 "hf,hf/qwen2.5-0.5b/config.json,h100-sxm,8,4096,128,1000\n")
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "qwen2.5-0.5b", tmp_path / "hf" / "qwen2.5-0.5b")
     monkeypatch.chdir(tmp_path.parent)  # not the CSV folder: resolution must not depend on the cwd
     res = {r.id: r for r in validate_rows(read_rows(p), base_dir=p.parent)}
     assert res["rel"].skipped is None and res["rel"].projected > 0
     assert "nope.yaml" in res["missing"].skipped
+    assert res["hf"].skipped is None and res["hf"].projected > 0  # a Hugging Face config.json beside the CSV
 
 
 @needs_shared
