@@ -19,6 +19,10 @@ EXPECTED_CARDS = {
     "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
     "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "nemotron3-8b", "nemotron3-22b", "nemotron4-15b",
     "nemotron4-340b", "gpt3-5b", "gpt3-20b", "gpt3-175b", "tiny-dense", "tiny-moe", "tiny-mla",
+    # open models of published training runs outside ../shared/validation (Hugging Face config.json shapes)
+    "llama3.2-1b", "llama3.2-3b", "llama4-scout", "llama4-maverick", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b",
+    "qwen2.5-72b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "mistral-7b", "mistral-nemo-12b", "mistral-large-2",
+    "gemma2-9b", "gemma2-27b", "deepseek-v2-lite", "deepseek-v2", "dbrx",
     # Megatron-LM README GPT tables (H100 weak scaling; A100), keys of ../shared/validation/model_cards_reference.yaml
     *(f"megatron-gpt-{s}" for s in ("1.7b", "7.1b", "16b", "32b", "70b", "119b", "177b", "314b", "462b")),
     *(f"megatron-gpt-a100-{s}" for s in ("1.7b", "3.6b", "7.5b", "18b", "39b", "76b", "145b", "310b", "530b", "1t")),
@@ -41,12 +45,16 @@ TOLERANCE: dict[str, tuple[float, str]] = {
 ACTIVE_TOLERANCE: dict[str, tuple[float, str]] = {
     "kimi-k2": (0.03, "published '32B activated' is rounded to whole billions and does not say whether the "
                       "1.17B input embedding counts: 32.86B with it, 31.69B without"),
+    "deepseek-v2-lite": (0.03, "published '2.4B activated' is rounded to a tenth: 2.45B without the input "
+                               "embedding (2.66B with it)"),
 }
 
 # Published active counts that leave out the input embedding (a lookup, no matmul), with the source.
 ACTIVE_EXCLUDES_INPUT_EMBEDDING: dict[str, str] = {
     "gpt-oss-120b": "gpt-oss model card parameter table: active = MLP (top-4) + attention + unembedding",
     "gpt-oss-20b": "gpt-oss model card parameter table: active = MLP (top-4) + attention + unembedding",
+    "deepseek-v2-lite": "DeepSeek-V2 report (arXiv:2405.04434): 2.4B activated of 15.7B; the card counts 2.45B "
+                        "without the input embedding, 2.66B with it",
 }
 
 REAL_CARDS = sorted(EXPECTED_CARDS - TEST_CARDS)
