@@ -15,7 +15,7 @@ from oracle.units import GB, GIB
 
 REQUIRED = {"mi300x", "mi325x", "mi355x", "a100-80gb", "h100-sxm", "h200-sxm", "b200", "b300",
             "gb200-nvl72", "gb300-nvl72", "cpu-host"}
-NO_FP8 = {"a100-80gb", "cpu-host"}
+NO_FP8 = {"a100-80gb", "a100-40gb", "cpu-host"}
 NVL72 = {"gb200-nvl72", "gb300-nvl72"}
 EFFICIENCY_FIELDS = [f.name for f in dataclasses.fields(Efficiency)]
 FRACTIONS = [n for n in EFFICIENCY_FIELDS if n not in ("gemm_k_half", "kernel_launch_s", "collective_launch_s",
@@ -107,6 +107,8 @@ def test_nvl72_has_a_72_gpu_scale_up_domain(name):
 
 @pytest.mark.parametrize("name, bf16_tflops, hbm_gib, hbm_gb_s, units, scale_up_gb_s, nic_gb_s", [
     ("a100-80gb", 312, 80, 2039, 108, 300, 25),
+    ("a100-40gb", 312, 40, 1555, 108, 300, 25),
+    ("h800-sxm", 989, 80, 3350, 132, 200, 50),
     ("h100-sxm", 989, 80, 3350, 132, 450, 50),
     ("h200-sxm", 989, 141, 4800, 132, 450, 50),
     ("b200", 2250, 180, 7700, 148, 900, 50),

@@ -20,7 +20,8 @@ from oracle.registry import YamlRegistry, loose_key
     ("H100-SXM-80GB", "h100-sxm"), ("h100", "h100-sxm"), ("DGX-H100", "h100-sxm"),
     ("H200-SXM-141GB", "h200-sxm"), ("A100-SXM-80GB", "a100-80gb"), ("GB200", "gb200-nvl72"),
     ("GB200_NVL72", "gb200-nvl72"), ("GB300", "gb300-nvl72"), ("DGX-B200", "b200"), ("B300", "b300"),
-    ("MI355X", "mi355x"), ("AMD-Instinct-MI300X", "mi300x"),
+    ("MI355X", "mi355x"), ("AMD-Instinct-MI300X", "mi300x"), ("H800", "h800-sxm"), ("A100", "a100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"), ("H100-80GB", "h100-sxm"),
 ])
 def test_hardware_reference_spellings_resolve(spelling, name):
     assert load_hardware(spelling).name == name
@@ -29,7 +30,9 @@ def test_hardware_reference_spellings_resolve(spelling, name):
 @pytest.mark.parametrize("spelling, name", [
     ("Qwen3_30B_a3B", "qwen3-30b-a3b"), ("DeepSeek-V3", "deepseek-v3"), ("DSV3", "deepseek-v3"),
     ("Llama-3.1-405B", "llama3.1-405b"), ("Meta-Llama-3.1-405B", "llama3.1-405b"), ("LLAMA3_8B", "llama3-8b"),
-    ("Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("GPT-OSS-120B", "gpt-oss-120b"),
+    ("Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("GPT-OSS-120B", "gpt-oss-120b"), ("Llama-3.3-70B", "llama3.1-70b"),
+    ("Llama4_E128", "llama4-maverick"), ("Llama-4-Scout-17B-16E", "llama4-scout"), ("Qwen2.5-72B", "qwen2.5-72b"),
+    ("Qwen3-32B", "qwen3-32b"), ("Mistral-7B-v0.1", "mistral-7b"), ("DeepSeek-V2-Lite", "deepseek-v2-lite"),
 ])
 def test_model_spellings_resolve(spelling, name):
     assert load_model(spelling).name == name
