@@ -29,8 +29,14 @@ _ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "GPT2LMHeadModel": "gpt2",
-    "GPTNeoXForCausalLM": "gpt_neox", "NemotronForCausalLM": "nemotron",
+    "GPTNeoXForCausalLM": "gpt_neox", "NemotronForCausalLM": "nemotron", "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4_text", "DbrxForCausalLM": "dbrx",
 }
+# Multimodal wrappers whose language model is a nested config: model_type -> key of the text config.
+_TEXT_CONFIG = {"llama4": "text_config", "gemma3": "text_config"}
+_TEXT_MODEL_TYPE = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+"""The model_type of a wrapper's text config when the nested object does not name it."""
 
 
 class _Reader:
@@ -184,9 +190,83 @@ def _default_layer_types(r: _Reader, n_layers: Any) -> list[str] | None:
             return None
         first = r.opt("max_window_layers", n_layers)
         return ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
-    if r.model_type == "gpt_oss":
+    if r.model_type in ("gpt_oss", "gemma2"):
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
+    if r.model_type == "gemma3_text":  # (i + 1) % sliding_window_pattern != 0 is local (transformers Gemma3)
+        pattern = r.opt("sliding_window_pattern", 6, minimum=1)
+        return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
     return None
+
+
+def _gemma(r: _Reader) -> dict[str, Any]:
+    """gemma, gemma2, gemma3_text: GeGLU (tanh GELU), tied embeddings, head_dim set explicitly; Gemma 2
+    alternates local (sliding) and global layers starting with a local one, Gemma 3 runs five local per
+    global (no every-n form: imported as full attention, noted)."""
+    mt = r.model_type
+    card = _attention_shape(r)
+    raw_act = r.opt("hidden_activation", r.opt("hidden_act", "gelu_pytorch_tanh"))
+    act = _GATED_ACT.get(raw_act) if isinstance(raw_act, str) else None
+    if act != "geglu":
+        r.problems.append(f"config.json (model_type {mt!r}): hidden_activation={clip(repr(raw_act), 80)} is not "
+                          f"supported for this family; supported: {', '.join(k for k, v in _GATED_ACT.items() if v == 'geglu')}")
+    card.update(ffn_hidden_size=r.req("intermediate_size"), norm="rmsnorm", activation=act,
+                tied_embeddings=bool(r.opt("tie_word_embeddings", True)))
+    card.update(_biases(r))
+    if mt == "gemma3_text":
+        card["qk_layernorm"] = True
+    if mt != "gemma":
+        r.notes.append("the extra post-attention and post-MLP RMSNorms (2H per layer) and logit soft-capping are "
+                       "not modelled")
+    card.update(_window(r, card["num_layers"], _default_layer_types(r, card["num_layers"])))
+    return card
+
+
+def _llama4(r: _Reader) -> dict[str, Any]:
+    """llama4 (its text_config) / llama4_text: MoE layers of routed experts top-k plus one shared expert of
+    the same size on the layers ``moe_layers`` lists (default every ``interleave_moe_layer_step``-th,
+    counting from the step's last layer), dense layers of ``intermediate_size_mlp``."""
+    card = _attention_shape(r)
+    n = card["num_layers"]
+    step = r.opt("interleave_moe_layer_step", 1, minimum=1)
+    listed = r.opt("moe_layers", None)
+    moe = set(listed) if isinstance(listed, list) else (set(range(step - 1, n, step)) if isinstance(n, int) else set())
+    layout = _moe_layout(r, n, lambda i: i in moe)
+    expert_ffn = r.req("intermediate_size")
+    card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
+                qk_layernorm=bool(r.opt("use_qk_norm", False)), num_experts=r.req("num_local_experts"),
+                moe_topk=r.req("num_experts_per_tok"), moe_ffn_hidden_size=expert_ffn, num_shared_experts=1,
+                shared_expert_ffn_hidden_size=expert_ffn, **layout)
+    if layout.get("first_dense_layers") or layout.get("moe_layer_freq", 1) > 1:
+        card["ffn_hidden_size"] = r.req("intermediate_size_mlp")
+    chunk = r.opt("attention_chunk_size")
+    if chunk:
+        r.notes.append(f"chunked attention ({chunk} tokens) on the RoPE layers is causal attention at seq_len <= "
+                       f"{chunk}; longer sequences are priced as causal on every layer")
+    if card["qk_layernorm"]:
+        r.notes.append("use_qk_norm: a weightless L2 norm on Q and K")
+    return card
+
+
+def _dbrx(r: _Reader) -> dict[str, Any]:
+    """dbrx: nested attn_config / ffn_config; every layer MoE, GLU experts, LayerNorm without bias."""
+    attn = r.opt("attn_config", {})
+    ffn = r.opt("ffn_config", {})
+    if not isinstance(attn, dict) or not isinstance(ffn, dict):
+        r.problems.append(f"config.json (model_type {r.model_type!r}): attn_config and ffn_config must be objects")
+        attn, ffn = {}, {}
+    sub_a, sub_f = _Reader(attn, r.model_type), _Reader(ffn, r.model_type)
+    heads = r.req("n_heads")
+    card = {"num_layers": r.req("n_layers"), "hidden_size": r.req("d_model"), "num_attention_heads": heads,
+            "num_query_groups": sub_a.opt("kv_n_heads", heads), "vocab_size": r.req("vocab_size"),
+            "max_seq_len": r.opt("max_seq_len", 4096), "norm": "rmsnorm", "activation": "swiglu",
+            "tied_embeddings": bool(r.opt("tie_word_embeddings", False)),
+            "num_experts": sub_f.req("moe_num_experts"), "moe_topk": sub_f.req("moe_top_k"),
+            "moe_ffn_hidden_size": sub_f.req("ffn_hidden_size")}
+    for sub in (sub_a, sub_f):
+        r.problems += [p.replace("config.json", f"config.json {'attn_config' if sub is sub_a else 'ffn_config'}")
+                       for p in sub.problems]
+    r.notes.append("LayerNorm without bias counted as an RMSNorm (H parameters); clip_qkv costs nothing")
+    return card
 
 
 def _mixtral(r: _Reader) -> dict[str, Any]:
@@ -305,6 +385,8 @@ _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
+    "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "llama4": _llama4, "llama4_text": _llama4,
+    "dbrx": _dbrx,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 
@@ -340,7 +422,8 @@ SIZE_LIMITS: dict[str, int] = {
     "max_position_embeddings": 2**30, "n_positions": 2**30, "sliding_window": 2**30,
     "kv_lora_rank": 2**20, "q_lora_rank": 2**20, "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16,
     "v_head_dim": 2**16, "first_k_dense_replace": 10_000, "moe_layer_freq": 10_000,
-    "decoder_sparse_step": 10_000, "max_window_layers": 10_000,
+    "decoder_sparse_step": 10_000, "max_window_layers": 10_000, "intermediate_size_mlp": 2**22,
+    "interleave_moe_layer_step": 10_000, "sliding_window_pattern": 10_000, "n_layers": 10_000, "n_heads": 2**16,
 }
 """Size keys of a config.json and the largest value :func:`card_from_hf_config` accepts."""
 MAX_LIST_LENGTH = 10_000
@@ -375,6 +458,13 @@ def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
     """
     if not isinstance(data, dict):
         raise InvalidConfigError(f"config.json for {name!r} must be a JSON object, got a {type(data).__name__}")
+    wrapper = data.get("model_type")
+    if isinstance(wrapper, str) and wrapper in _TEXT_CONFIG:  # a multimodal checkpoint: its language model
+        text = data.get(_TEXT_CONFIG[wrapper])
+        if not isinstance(text, dict):
+            raise InvalidConfigError(f"config.json (model_type {wrapper!r}) needs a {_TEXT_CONFIG[wrapper]!r} object "
+                                     f"with the language model's keys")
+        data = {**text, "model_type": text.get("model_type", _TEXT_MODEL_TYPE[wrapper])}
     absurd = size_problems(data)
     if absurd:
         raise InvalidConfigError(absurd)

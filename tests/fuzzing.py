@@ -371,6 +371,12 @@ def kinds() -> dict[str, Kind]:
         "hf-config-mla": Kind("hf-config-mla", lambda: json.loads((ROOT / "tests/fixtures/hf/deepseek-v3/config.json")
                                                                   .read_text()),
                               _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
+        "hf-config-wrapped": Kind("hf-config-wrapped", lambda: json.loads((ROOT / "tests/fixtures/hf/llama-4-maverick/"
+                                                                           "config.json").read_text()),
+                                  _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
+        "hf-config-nested": Kind("hf-config-nested", lambda: json.loads((ROOT / "tests/fixtures/hf/dbrx-base/config.json")
+                                                                        .read_text()),
+                                 _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
     }
 

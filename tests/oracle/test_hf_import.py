@@ -30,6 +30,9 @@ SAME_AS_BUNDLED = {
     "kimi-k2": "kimi-k2",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
     "gpt-oss-120b": "gpt-oss-120b",
+    "gemma-2-9b": "gemma2-9b",
+    "llama-4-maverick": "llama4-maverick",  # a multimodal wrapper: the text_config is the card
+    "dbrx-base": "dbrx",  # nested attn_config / ffn_config
 }
 
 # fixture folder -> exact parameter count of the released checkpoint (Hugging Face safetensors count)
@@ -111,6 +114,27 @@ def test_deepseek_moe_layer_freq_maps_exactly():
 
 
 # ------------------------------------------------------------------ errors
+def test_gemma3_five_local_layers_per_global_are_noted_not_guessed():
+    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+            "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208,
+            "sliding_window": 1024, "sliding_window_pattern": 6, "hidden_activation": "gelu_pytorch_tanh"}
+    card = card_from_hf_config({"model_type": "gemma3", "text_config": text}, name="gemma-3-4b")
+    assert card.qk_layernorm and card.tied_embeddings and card.activation == "geglu"
+    assert card.sliding_window is None and "not an every-n pattern" in card.notes
+
+
+def test_wrapper_without_its_text_config_and_bad_nested_sections_are_clear_errors():
+    with pytest.raises(InvalidConfigError, match="text_config"):
+        card_from_hf_config({"model_type": "llama4", "vision_config": {}}, name="x")
+    bad = {**_config("dbrx-base"), "ffn_config": [1, 2]}
+    with pytest.raises(InvalidConfigError, match="ffn_config must be objects"):
+        card_from_hf_config(bad, name="x")
+    missing = {**_config("dbrx-base"), "ffn_config": {"moe_top_k": 4}}
+    with pytest.raises(InvalidConfigError, match="ffn_config.*moe_num_experts") as e:
+        card_from_hf_config(missing, name="x")
+    assert "ffn_hidden_size" in str(e.value)
+
+
 def test_unsupported_model_type_names_supported_ones():
     with pytest.raises(InvalidConfigError) as err:
         card_from_hf_config({"model_type": "bert", "hidden_size": 768}, "bert")
