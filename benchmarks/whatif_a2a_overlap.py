@@ -10,19 +10,14 @@ the overlap would move the projection. docs/accuracy.md quotes its output.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from whatif_rows import newest_moe_rows
 
-from oracle.legality import check  # noqa: E402
-from oracle.projector import project  # noqa: E402
-from oracle.validate import read_rows, row_to_run, validate_rows  # noqa: E402
-
-DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published-nvidia.csv"
+from oracle.legality import check
+from oracle.projector import project
+from oracle.validate import row_to_run, validate_rows
 
 
 def _overlapped(run):
@@ -36,20 +31,13 @@ def _overlapped(run):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv", nargs="?", default=str(DEFAULT_CSV))
-    args = ap.parse_args()
-    path = Path(args.csv)
-    rows = read_rows(path)
+    path, rows, off, moe = newest_moe_rows(__doc__.splitlines()[0])
 
     def project_on(run):
         on, _ = _overlapped(run)
         return project(run if on is None else on)
 
-    off = {r.id: r for r in validate_rows(rows, base_dir=path.parent)}
     on = {r.id: r for r in validate_rows(rows, project_fn=project_on, base_dir=path.parent)}
-    moe = [r for r in rows if off[r["id"]].error is not None and off[r["id"]].newest
-           and (r.get("ep") or "1").strip() not in ("", "1")]
     print(f"{'row':48s} {'measured':>9s} {'off':>8s} {'on':>8s}  note")
     by_era: dict[str, list[tuple[float, float]]] = {}
     for r in moe:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from oracle.activations import op_sac_plan, replayed_ops
+from oracle.cuda_graphs import GRAPH_REPLAY_HOST_OPS, captured_blocks, replays_per_layer
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
 from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, Op, Shapes, embedding_ops, layer_ops, moe_pairs,
@@ -273,11 +274,14 @@ class LayerModel:
         synced = kind == "moe" and t.moe_host_sync
         f_exposed_comm = sum(c.f_exposed_s for c in comm.values())
         b_exposed_comm = sum(c.b_exposed_s for c in comm.values())
-        host_b = 0.0
+        # CUDA graphs: a captured op costs the host nothing; each graph replay costs its callable's ops
+        # (captured regions sit before the sync: a dispatcher that syncs cannot be captured)
+        graphed = captured_blocks(t, kind)
+        host_b = replays_per_layer(t, kind) * GRAPH_REPLAY_HOST_OPS * self.hw.efficiency.host_op_s
         seg_dev = [0.0, 0.0]
-        seg_host = [0.0, 0.0]
+        seg_host = [host_b, 0.0]
         for op, pf, _pb, _pw in priced:
-            hf, hb = self.host_s(op)
+            hf, hb = (0.0, 0.0) if op.block in graphed else self.host_s(op)
             seg = op.segment if synced else 0
             seg_dev[seg] += pf
             seg_host[seg] += hf

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
+from oracle.cuda_graphs import CudaGraphImpl, CudaGraphScope
 from oracle.errors import InvalidConfigError, PrimusError
 from oracle.hardware import (DEFAULT_MEMORY_MARGIN, HardwareProfile, bundled_hardware, load_hardware, profile_from_dict,
                              profile_to_dict)
@@ -101,6 +102,15 @@ class TrainingConfig:
     full recompute. Costs the SMs the communication kernels take while they run (docs/comm.md); the
     activations in flight stay the schedule's: the paired forward saves layer by layer what the paired
     backward frees."""
+    cuda_graph_impl: CudaGraphImpl = "none"
+    """CUDA graphs (Megatron-Core ``--cuda-graph-impl``): none, local (Megatron-Core's CudaGraphManager) or
+    transformer_engine (TE make_graphed_callables). A captured region replays with one launch instead of
+    the host issuing its ops one by one: what it saves is the host time of host-bound passes (oracle.cuda_graphs)."""
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = ()
+    """What is captured (Megatron-Core ``--cuda-graph-scope``): attn, mlp, moe_router, moe_preprocess, moe, or
+    full_iteration (local only); empty (or full) = the whole layer. A scope holding the MoE dispatch needs
+    static shapes (moe_pad_expert_input_to_capacity) or sync-free MoE: a dropless dispatcher reads token
+    counts on the host every forward."""
     tp_comm_overlap: bool | Literal["auto"] = "auto"
     """Overlap TP all-gather/reduce-scatter with the adjacent GEMMs (Transformer Engine userbuffers);
     auto = on whenever sequence parallelism is on (as NeMo / Megatron-Bridge perf recipes do)."""

@@ -430,8 +430,9 @@ MAX_LIST_LENGTH = 10_000
 """Longest per-layer list (``layer_types``, ``mlp_only_layers``) accepted."""
 
 
-def size_problems(data: dict[str, Any]) -> list[str]:
-    """One line per absurd size in ``data`` (above :data:`SIZE_LIMITS`, or a list longer than a model's layers)."""
+def size_problems(data: dict[str, Any], where: str = "config.json") -> list[str]:
+    """One line per absurd size in ``data`` (above :data:`SIZE_LIMITS`, or a list longer than a model's layers);
+    ``where`` names the object in the messages (a wrapper's nested text config)."""
     problems = []
     for key, limit in SIZE_LIMITS.items():
         v = data.get(key)
@@ -442,11 +443,11 @@ def size_problems(data: dict[str, Any]) -> list[str]:
                 shown = f"{v:,}"
             else:
                 shown = f"a number of about {int(v.bit_length() * 0.30103)} digits"
-            problems.append(f"config.json {key}={shown} is absurd: at most {limit:,} is accepted "
+            problems.append(f"{where} {key}={shown} is absurd: at most {limit:,} is accepted "
                             f"(about 100x the largest published model's)")
     for key, v in data.items():
         if isinstance(v, list) and len(v) > MAX_LIST_LENGTH:
-            problems.append(f"config.json {key} has {len(v):,} entries: at most {MAX_LIST_LENGTH:,} (one per layer)")
+            problems.append(f"{where} {key} has {len(v):,} entries: at most {MAX_LIST_LENGTH:,} (one per layer)")
     return problems
 
 
@@ -458,14 +459,16 @@ def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
     """
     if not isinstance(data, dict):
         raise InvalidConfigError(f"config.json for {name!r} must be a JSON object, got a {type(data).__name__}")
+    absurd = size_problems(data)
     wrapper = data.get("model_type")
     if isinstance(wrapper, str) and wrapper in _TEXT_CONFIG:  # a multimodal checkpoint: its language model
-        text = data.get(_TEXT_CONFIG[wrapper])
+        key = _TEXT_CONFIG[wrapper]
+        text = data.get(key)
         if not isinstance(text, dict):
-            raise InvalidConfigError(f"config.json (model_type {wrapper!r}) needs a {_TEXT_CONFIG[wrapper]!r} object "
-                                     f"with the language model's keys")
+            raise InvalidConfigError(absurd + [f"config.json (model_type {wrapper!r}) needs a {key!r} object with "
+                                               f"the language model's keys"])
+        absurd += size_problems(text, f"config.json {key}")
         data = {**text, "model_type": text.get("model_type", _TEXT_MODEL_TYPE[wrapper])}
-    absurd = size_problems(data)
     if absurd:
         raise InvalidConfigError(absurd)
     mt = _model_type(data)

@@ -141,8 +141,44 @@ def check(run: RunConfig) -> list[str]:
                      f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
     if t.moe_a2a_overlap:
         p += _a2a_overlap_problems(run)
+    p += _cuda_graph_problems(run)
     p += _capacity_problems(run)
     p += _framework_problems(run)
+    return p
+
+
+def _cuda_graph_problems(run: RunConfig) -> list[str]:
+    """CUDA graphs: Megatron-Core's TransformerConfig checks of cuda_graph_impl / cuda_graph_scope, and the
+    physics (a graph holds no device-to-host sync: a dropless MoE dispatcher cannot be captured)."""
+    t, m = run.training, run.model
+    sc = list(t.cuda_graph_scope)
+    if t.cuda_graph_impl == "none":
+        return [f"cuda_graph_scope={sc} needs cuda_graph_impl=local or transformer_engine (none captures "
+                f"nothing)"] if sc else []
+    p = []
+    if len(set(sc)) != len(sc):
+        p.append(f"cuda_graph_scope={sc} lists a scope twice")
+    whole = {"full", "full_iteration"} & set(sc)
+    if whole and len(sc) > 1:
+        p.append(f"cuda_graph_scope={sc}: {sorted(whole)[0]} captures everything and combines with no other scope")
+    if "full_iteration" in sc and t.cuda_graph_impl != "local":
+        p.append(f"cuda_graph_scope=full_iteration needs cuda_graph_impl=local (Megatron-Core's whole-iteration "
+                 f"graph), got {t.cuda_graph_impl}")
+    kinds = set(m.layer_kinds)
+    if "mlp" in sc and "dense" not in kinds:
+        p.append(f"cuda_graph_scope 'mlp' captures dense MLP layers; {m.name} has MoE layers only (use moe or "
+                 f"moe_router)")
+    for moe_scope in ("moe", "moe_router", "moe_preprocess"):
+        if moe_scope in sc and not m.is_moe:
+            p.append(f"cuda_graph_scope {moe_scope!r} needs a MoE model; {m.name} is dense")
+    if m.is_moe and t.moe_host_sync and "moe" in kinds and (whole or "moe" in sc or not sc):
+        what = "the whole layer" if (whole or not sc) else "the MoE block"
+        p.append(f"cuda_graph_scope={sc or ['full']} captures {what} with the MoE dispatcher, which reads the "
+                 f"per-expert token counts on the host every forward (dropless): a graph cannot hold that sync. "
+                 f"Use moe_expert_capacity_factor with moe_pad_expert_input_to_capacity=true (static shapes), "
+                 f"sync-free MoE, or scopes attn / moe_router")
+    if t.framework == "torchtitan":
+        p.append(f"cuda_graph_impl={t.cuda_graph_impl} with framework=torchtitan: TorchTitan has no CUDA graph option")
     return p
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from oracle.activations import (BF16, DEFAULT, DEFAULT_SELECTIVE, FP32, Block, Blocks, MemoryAssumptions, Shape,
                                 blocks, layer_activation_bytes, shape_of)
 from oracle.config import RunConfig
+from oracle.cuda_graphs import STATIC_BUFFERS_PER_REGION, full_iteration, layer_regions
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout, placement_key
 from oracle.pipeline.schedules import get_schedule
@@ -199,6 +200,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         p_dense = p_exp = gemm = layer_act = edge_act = 0.0
         remat = 0.0  # one layer's recomputed tensors re-materialised during its backward
         largest_unit = 0.0  # FSDP gathers one layer / embedding / head at a time
+        graph_regions = 0  # CUDA-graph regions of the rank's layers (static input/output buffers each)
         has_moe = False
         other: list[tuple[str, float]] = []
         for ch in chunks:
@@ -209,6 +211,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 p_exp += n * lb.params_expert
                 gemm += n * lb.gemm_params
                 layer_act += n * lb.act(pol, mods)
+                graph_regions += n * len(layer_regions(t, kind))
                 largest_unit = max(largest_unit, lb.params)
                 if pol != "none":
                     remat = max(remat, lb.act_none - lb.act(pol, mods))  # op_sac can save more than none
@@ -245,6 +248,11 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 other.append(("loss_fp32_softmax", heads * s.tokens * v_r * FP32))
         if remat:
             other.append(("recompute_buffer", remat))
+        if graph_regions and not full_iteration(t):
+            # layer graphs: static buffers per region and micro-batch in flight (oracle.cuda_graphs); a whole-
+            # iteration graph allocates in one pool what the eager run allocates
+            other.append(("cuda_graph_buffers", STATIC_BUFFERS_PER_REGION * graph_regions * max(1.0, f)
+                          * s.seq_tokens * card.hidden_size * BF16))
         if t.fsdp:
             per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
             per += grad_bytes if assumptions.fsdp_unsharded_grad else 0

@@ -34,6 +34,12 @@ MASK = 1
 """torch.bool dropout mask / routing map: 1 B per element."""
 
 GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
+ATTN, MLP, ROUTER, EXPERTS = "attn", "mlp", "router", "moe"
+"""Blocks of a decoder layer (``Op.block``): the attention block (input norm to residual add), a dense MLP
+block (norm to residual add), and a MoE block split into its router (pre-MLP norm, router GEMM, top-k and
+token counts: what runs before the dispatcher's sync) and the rest (dispatch, experts, shared experts,
+residual add)."""
+ROUTER_OPS = frozenset({"mlp_norm", "router", "router_topk", "router_capacity"})
 PRE_SYNC, POST_SYNC = 0, 1
 """Forward segments of an MoE layer: ops before / after the dispatcher's device-to-host sync."""
 SELECTIVE, FULL, KEPT = "selective", "full", "kept"
@@ -108,6 +114,9 @@ class Op:
     """Extra launches issued from a C++ loop in forward (per-expert GEMMs); backward issues 2x."""
     segment: int = PRE_SYNC
     """Forward segment relative to the MoE dispatcher's device-to-host sync."""
+    block: str = ""
+    """The part of the decoder layer the op belongs to (LAYER_BLOCKS): what a CUDA graph scope captures
+    (oracle.cuda_graphs). Empty for the embedding and the output head."""
     saved: tuple[Saved, ...] = ()
     """Tensors kept for backward (oracle.activations sums them per layer, module and recompute mode)."""
 
@@ -475,8 +484,12 @@ def _layer_ops(card, s: Shapes, kind: str, window: int | None) -> tuple[Op, ...]
 
 
 def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]:
-    mlp = moe_ops(card, s) if kind == "moe" else dense_mlp_block_ops(card, s)
-    return _with_wgrad_traffic(s, attention_ops(card, s, window) + mlp)
+    attn = [replace(op, block=ATTN) for op in attention_ops(card, s, window)]
+    if kind == "moe":
+        mlp = [replace(op, block=ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
+    else:
+        mlp = [replace(op, block=MLP) for op in dense_mlp_block_ops(card, s)]
+    return _with_wgrad_traffic(s, attn + mlp)
 
 
 def _with_wgrad_traffic(s: Shapes, ops: list[Op]) -> list[Op]:

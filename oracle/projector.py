@@ -457,6 +457,9 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     if not memory.fits:
         warnings.append(f"does not fit: peak {memory.peak_bytes / GIB:.1f} GiB > cap {memory.cap_bytes / GIB:.1f} GiB")
     warnings += _token_drop_warnings(t)
+    if mode != "simulate" and t.cuda_graph_impl != "none":
+        warnings.append(f"cuda_graph_impl={t.cuda_graph_impl}: the benchmark timed eager layers, so the host "
+                        "time CUDA graphs would save is not in the measured layer times")
     return Projection(config=run.to_dict(), mode=mode, memory=memory, iteration_time_s=iteration,
                       tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak,
                       breakdown=breakdown, warnings=tuple(warnings), details=details)

@@ -23,7 +23,7 @@ REQUIRED_COLUMNS = ("id", "model", "hardware", "num_gpus")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_peak_mem_gib")
 INFO_COLUMNS = ("group", "source", "quality", "notes")
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
-LIST_KEYS = ("recompute_modules",)
+LIST_KEYS = ("recompute_modules", "cuda_graph_scope")
 RECOMPUTE_GUESS = "the fastest memory setting that fits"
 """Marks the ``assumed`` note of a row whose unpublished memory setting validate chose (see
 _assume_least_recompute); benchmarks/calibrate.py does not fit on such rows."""
@@ -250,6 +250,11 @@ PUBLISHED_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         # TorchTitan's selective_ac_option="op" (its op-level checkpointing; Megatron's under framework=megatron)
         **{k: ("selective", "TorchTitan's op-level selective checkpointing") for k in ("op", "selectiveop", "opsac",
                                                                                       "sac", "selectiveopac")},
+    },
+    "cuda_graph_impl": {
+        **{k: ("none", "") for k in ("none", "no", "off", "false", "0", "eager")},
+        **{k: ("transformer_engine", "") for k in ("transformerengine", "te", "tegraphs", "tecudagraph")},
+        **{k: ("local", "") for k in ("local", "mcore", "megatron", "megatroncore")},
     },
 }
 

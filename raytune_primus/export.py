@@ -214,6 +214,11 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     if t.moe_a2a_overlap:  # Megatron-Core 0.14+: merged forward/backward with the EP all-to-all overlapped
         put("overlap_moe_expert_parallel_comm", True)
         put("delay_wgrad_compute", True)
+    done.update(("cuda_graph_impl", "cuda_graph_scope"))
+    if t.cuda_graph_impl != "none":  # Megatron-Core --cuda-graph-impl / --cuda-graph-scope (empty: whole layer)
+        put("cuda_graph_impl", t.cuda_graph_impl)
+        if t.cuda_graph_scope:
+            put("cuda_graph_scope", list(t.cuda_graph_scope))
     done.add("loss_fusion")
     if t.loss_fusion:
         put("cross_entropy_loss_fusion", True)
@@ -319,6 +324,9 @@ def _torchtitan(run: RunConfig) -> Export:
     done.add("moe_a2a_overlap")
     if t.moe_a2a_overlap:
         unsup.append(("moe_a2a_overlap", True, "TorchTitan has no merged forward/backward all-to-all overlap"))
+    done.update(("cuda_graph_impl", "cuda_graph_scope"))
+    if t.cuda_graph_impl != "none":
+        unsup.append(("cuda_graph_impl", t.cuda_graph_impl, "TorchTitan has no CUDA graph option"))
     if not t.loss_fusion and t.framework != "torchtitan":
         unsup.append(("loss_fusion", False, "TorchTitan has no switch for it"))
     done.update(("framework", "torch_compile"))

@@ -7,7 +7,8 @@ so each single-axis improvement is directly attributable. Axes are visited in th
 1b. number format: every format of the space's precision axis other than the baseline's, lowest bit width
    first (FP8 and, on parts with FP4 tensor cores, NVFP4): on the GEMM-bound part of a step a format moves
    throughput more than any single layout step, so it is tried before the second-order axes;
-2. MoE dispatcher: all-to-all vs DeepEP (MoE models with EP > 1 only);
+2. MoE dispatcher: all-to-all vs DeepEP (MoE models with EP > 1 only); CUDA graphs where the space
+   searches them (widest scope first: an illegal one, a dropless MoE layer, is skipped);
 3. pipeline bubble: 1F1B, interleaved with VPP in {2, 3, 4}, zero-bubble, ILP (PP > 1 only);
 4. second-order axes: micro-batch size in {baseline, 1, 2}, then the distributed-optimizer flag.
 
@@ -52,6 +53,12 @@ def _moves(space: SearchSpace, anchor: Mapping[str, Any] | None = None) -> list[
         moves.append(("moe_sync_free=true", {"moe_a2a_backend": "deepep", "moe_sync_free": True}))
         if True in space.values.get("moe_a2a_overlap", ()):  # searched only when restricted in (docs/search.md)
             moves.append(("moe_a2a_overlap=true", {"moe_a2a_overlap": True}))
+    # host overhead: CUDA graphs, searched only when restricted in (docs/search.md); widest scope first
+    for impl in space.values.get("cuda_graph_impl", ()):
+        for scope in sorted(space.values.get("cuda_graph_scope", ((),)), key=lambda sc: (bool(sc), -len(sc))):
+            if impl != "none" and (impl, tuple(scope)) != (t.cuda_graph_impl, t.cuda_graph_scope):
+                label = f"cuda_graph_impl={impl} scope={'+'.join(scope) or 'layer'}"
+                moves.append((label, {"cuda_graph_impl": impl, "cuda_graph_scope": tuple(scope)}))
     if t.pp > 1:
         moves.append(("pp_schedule=1f1b", {"pp_schedule": "1f1b", "vpp": 1}))
         for v in (2, 3, 4):

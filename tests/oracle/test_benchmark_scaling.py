@@ -221,3 +221,12 @@ def test_moe_spec_keeps_experts_per_rank_and_full_router():
     spec = run_layer_specs(run, downscale(run, 1))[("moe", None)]
     assert spec.experts == run.model.num_experts // 8 and spec.router_experts == run.model.num_experts
     assert dataclasses.replace(spec).key() == spec.key() and LayerSpec.from_key(spec.key()) == spec
+
+
+def test_benchmark_mode_says_its_layers_ran_eager_when_graphs_are_asked_for():
+    """CUDA graphs save host time that the eager torch layers' measurement contains: the projection says so."""
+    run = _run("tiny-dense", gpus=1, gbs=4)
+    graphed = dataclasses.replace(run, training=run.training.replace(cuda_graph_impl="transformer_engine"))
+    assert not any("eager layers" in w for w in _source(run).project(run).warnings)
+    assert any("eager layers" in w for w in _source(graphed).project(graphed).warnings)
+    assert not any("eager layers" in w for w in project(graphed).warnings)  # simulate prices the graphs

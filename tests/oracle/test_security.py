@@ -198,6 +198,18 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(family, key, valu
     assert peak_bytes < 2**20, "refused without sizing anything by it"
 
 
+@pytest.mark.parametrize("key, value", [("hidden_size", 10**12), ("num_hidden_layers", 10**9),
+                                        ("num_local_experts", 10**9), ("interleave_moe_layer_step", 10**9)])
+def test_absurd_sizes_inside_a_wrappers_text_config_are_refused_too(key, value):
+    from oracle.hf_import import SIZE_LIMITS, card_from_hf_config
+
+    data = json.loads((HF / "llama-4-maverick" / "config.json").read_text())
+    data["text_config"][key] = value
+    with pytest.raises(InvalidConfigError) as e:
+        card_from_hf_config(data, "llama-4-maverick")
+    assert f"config.json text_config {key}={value:,} is absurd: at most {SIZE_LIMITS[key]:,}" in str(e.value)
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, 10**5000], ids=["nan", "inf", "1e300", "10**5000"])
 def test_non_finite_and_enormous_layer_counts_are_refused(value):
     from oracle.hf_import import card_from_hf_config

@@ -43,10 +43,14 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp4-recipe", choices=["nvfp4"])
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
     p.add_argument("--pipeline-model-parallel-layout", type=str)
+    p.add_argument("--moe-expert-capacity-factor", type=float)
+    p.add_argument("--cuda-graph-impl", choices=["none", "local", "transformer_engine"])
+    p.add_argument("--cuda-graph-scope", nargs="*", type=str)
     for flag in ("sequence-parallel", "bf16", "use-distributed-optimizer", "overlap-grad-reduce",
                  "overlap-param-gather", "tp-comm-overlap", "use-torch-fsdp2", "grad-reduce-in-bf16",
                  "moe-enable-deepep", "cross-entropy-loss-fusion", "account-for-embedding-in-pipeline-split",
-                 "account-for-loss-in-pipeline-split", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute"):
+                 "account-for-loss-in-pipeline-split", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute",
+                 "moe-pad-expert-input-to-capacity"):
         p.add_argument(f"--{flag}", action="store_true")
     return p
 
@@ -135,6 +139,19 @@ def test_moe_a2a_overlap_exports_megatrons_two_flags():
     o = yaml.safe_load(export_run(run, "primus"))["modules"]["pre_trainer"]["overrides"]
     assert o["overlap_moe_expert_parallel_comm"] is True and o["delay_wgrad_compute"] is True
     assert "moe_a2a_overlap=true" in comments(export_run(run, "torchtitan"))
+
+
+def test_cuda_graphs_export_megatrons_impl_and_scope():
+    run = tiny(cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "moe_router", "moe_preprocess"])
+    a = parse_megatron(export_run(run, "megatron"))
+    assert a.cuda_graph_impl == "transformer_engine" and a.cuda_graph_scope == ["attn", "moe_router", "moe_preprocess"]
+    whole = parse_megatron(export_run(tiny(cuda_graph_impl="local", moe_expert_capacity_factor=1.0,
+                                           moe_pad_expert_input_to_capacity=True), "megatron"))
+    assert whole.cuda_graph_impl == "local" and whole.cuda_graph_scope is None  # Megatron's default: the whole layer
+    off = parse_megatron(export_run(tiny(), "megatron"))
+    assert off.cuda_graph_impl is None and off.cuda_graph_scope is None
+    o = yaml.safe_load(export_run(run, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert o["cuda_graph_impl"] == "transformer_engine" and o["cuda_graph_scope"] == ["attn", "moe_router", "moe_preprocess"]
 
 
 def test_primus_yaml_round_trip():

@@ -86,3 +86,19 @@ def test_a2a_overlap_move_only_when_the_axis_is_restricted_in():
     plan = seed_plan(SearchSpace(base, restrict={"moe_a2a_overlap": [False, True]}))
     move = next(c for c in plan if c.note == "moe_a2a_overlap=true")
     assert move.meta["move"] == {"moe_a2a_overlap": True} and move.values["moe_a2a_overlap"] is True
+
+
+def test_cuda_graph_moves_only_when_the_axis_is_restricted_in_widest_legal_scope_first():
+    from oracle.config import RunConfig
+    from searchers.space import SearchSpace
+
+    base = RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": "b200", "num_gpus": 8},
+                                "training": {"seq_len": 4096, "gbs": 512, "mbs": 1, "ep": 8, "precision": "fp8"}})
+    assert not [c for c in seed_plan(SearchSpace(base)) if c.note.startswith("cuda_graph")]
+    space = SearchSpace(base, restrict={"cuda_graph_impl": ["none", "transformer_engine"],
+                                        "cuda_graph_scope": [[], ["attn"], ["attn", "moe_router"]]})
+    graphs = [c for c in seed_plan(space, max_candidates=30) if c.note.startswith("cuda_graph")]
+    # the whole dropless layer cannot be captured: the widest legal scope comes first
+    assert [c.note for c in graphs] == ["cuda_graph_impl=transformer_engine scope=attn+moe_router",
+                                        "cuda_graph_impl=transformer_engine scope=attn"]
+    assert graphs[0].values["cuda_graph_scope"] == ("attn", "moe_router")
