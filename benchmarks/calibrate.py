@@ -314,7 +314,9 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
 # Prior spread of each fitted log-multiplier: the fit is a MAP estimate, so a parameter the rows barely
 # constrain (GEMM vs attention share on two sequence lengths, host cost on one MoE row) stays near its
 # sourced prior instead of running to a bound. One sd = x1.35 on GEMM, x1.65 on attention, x7 on host.
-PRIOR_SD = {"gemm": 0.3, "attention": 0.5, "host_op_s": 2.0, "gemm_fp4": 0.3}
+PRIOR_SD = {"gemm": 0.3, "attention": 0.5, "host_op_s": 2.0, "gemm_fp4": 0.3, "gemm_mxfp8": 0.1}
+"""... and x1.1 on MXFP8 beyond the generation's GEMM multiplier: the same tensor cores at the same peak, so a
+recipe's own cost is expected within ~10% (NVIDIA's same-layout pairs measure 2-6%)."""
 ROW_SD = 0.10
 """Spread of log(projected/measured) a row keeps whatever the constants (unpublished settings, software)."""
 MIN_MOE_ROWS_FOR_HOST = 3
@@ -333,6 +335,8 @@ def _gen_params(rows: list[FitRow]) -> list[str]:
         names.append("attention")
     if any(r.run.training.precision == "nvfp4" for r in rows):
         names.append("gemm_fp4")
+    if any(r.run.training.gemm_kernel == "mxfp8" for r in rows):
+        names.append("gemm_mxfp8")
     return names
 
 
@@ -340,9 +344,11 @@ def _gen_eff(hw, names, x) -> dict:
     e = hw.efficiency
     d = {}
     for n, v in zip(names, x):
-        if n == "gemm":
+        if n == "gemm":  # the generation's GEMM multiplier moves every GEMM kernel class it runs
             d["gemm_bf16"] = min(1.0, e.gemm_bf16 * math.exp(v))
             d["gemm_fp8"] = min(1.0, e.gemm_fp8 * math.exp(v))
+            if e.gemm_mxfp8 > 0:
+                d["gemm_mxfp8"] = min(1.0, d.get("gemm_mxfp8", e.gemm_mxfp8) * math.exp(v))
         elif n == "attention":
             d["attention_fwd"] = min(1.0, e.attention_fwd * math.exp(v))
             d["attention_bwd"] = min(1.0, e.attention_bwd * math.exp(v))
@@ -350,6 +356,8 @@ def _gen_eff(hw, names, x) -> dict:
             d["host_op_s"] = e.host_op_s * math.exp(v)
         elif n == "gemm_fp4":
             d["gemm_fp4"] = min(1.0, e.gemm_fp4 * math.exp(v))
+        elif n == "gemm_mxfp8":  # the MXFP8 recipe's own cost, on top of the GEMM multiplier
+            d["gemm_mxfp8"] = min(1.0, d.get("gemm_mxfp8", e.gemm_mxfp8) * math.exp(v))
     return d
 
 

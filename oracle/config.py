@@ -58,6 +58,14 @@ class TrainingConfig:
     optimizer; nvfp4 = NVIDIA's NVFP4 recipe on Blackwell: block-scaled FP4 forward, dgrad and wgrad
     GEMMs with random-Hadamard-transformed wgrad inputs, BF16 master weights; attention core and the
     output layer stay BF16)."""
+    fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = "delayed"
+    """How FP8 GEMM inputs are scaled (Megatron-Core ``--fp8-recipe``, default delayed): delayed (per-tensor
+    scale from the amax history, cast in one pass), tensorwise (per-tensor current scaling: an amax pass over
+    each tensor before its cast), mxfp8 (MXFP8: an e8m0 scale per 32 values, the input quantised row-wise
+    and column-wise, GEMMs on block-scaled tensor cores at ``efficiency.gemm_mxfp8``; Blackwell, CDNA4) or
+    blockwise (1x128 / 128x128 blocks, DeepSeek-V3 style, quantised both ways, at the FP8 GEMM efficiency).
+    Only with precision=fp8 (docs/kernel-model.md "FP8 recipes"). Under framework=torchtitan delayed and
+    tensorwise both mean torchao's dynamic per-tensor float8 (its own casts), mxfp8 its MX converter."""
     fp8_activations: bool = False
     """Saved activations stored in FP8 (paper's B_act = 1)."""
     pp_schedule: Schedule = "auto"
@@ -195,6 +203,12 @@ class TrainingConfig:
     def gemm_dtype(self) -> str:
         """Input precision of the decoder layers' linear GEMMs: bf16 | fp8 | fp4 (nvfp4)."""
         return {"fp8": "fp8", "nvfp4": "fp4"}.get(self.precision, "bf16")
+
+    @property
+    def gemm_kernel(self) -> str:
+        """The GEMM kernel class the decoder layers' linear GEMMs run: ``gemm_dtype``, with FP8 under the MXFP8
+        recipe as 'mxfp8' (block-scaled tensor cores, their own achievable fraction)."""
+        return "mxfp8" if self.precision == "fp8" and self.fp8_recipe == "mxfp8" else self.gemm_dtype
 
     @property
     def recomputed_modules(self) -> frozenset[str]:

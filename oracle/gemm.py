@@ -23,22 +23,29 @@ GROUPED_GEMM_STREAMS = 4
 ATTN_BLOCK_Q = 128  # FlashAttention-2/3 query block per thread block (Dao 2023; Shah et al. 2024)
 
 
-# operand bytes per element; NVFP4 = 4-bit values + one fp8 scale per 16 (NVIDIA Blackwell NVFP4 format)
-ELEM_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+# operand bytes per element; NVFP4 = 4-bit values + one fp8 scale per 16 (NVIDIA Blackwell NVFP4 format);
+# MXFP8 = 8-bit values + one e8m0 scale per 32 (OCP Microscaling formats v1.0)
+ELEM_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5 + 1.0 / 16}
+_PEAK_OF = {"mxfp8": "fp8"}
+"""Kernel classes that run at another dtype's peak (block-scaled MXFP8 at the FP8 rate)."""
 
 
 def _dtype_peak(hw: HardwareProfile, dtype: str) -> float:
+    dtype = _PEAK_OF.get(dtype, dtype)
     return hw.peak_flops_per_s[dtype] if dtype in hw.peak_flops_per_s else hw.peak_flops_per_s["bf16"]
 
 
 def _runnable(hw: HardwareProfile, dtype: str) -> str:
-    """The precision a GEMM actually runs in on this part (fp4 -> fp8 -> bf16 where unsupported or unfitted)."""
+    """The kernel class a GEMM actually runs on this part (fp4 -> fp8, mxfp8 -> fp8, fp8 -> bf16 where
+    unsupported or unfitted)."""
     e = hw.efficiency
     if dtype == "fp4" and not hw.fp4_gemms:
         dtype = "fp8"
+    if dtype == "mxfp8" and not hw.mxfp8_gemms:
+        dtype = "fp8"
     if dtype == "fp8" and ("fp8" not in hw.peak_flops_per_s or e.gemm_fp8 <= 0):
         dtype = "bf16"
-    return dtype if dtype in ("fp8", "fp4") else "bf16"
+    return dtype if dtype in ("fp8", "fp4", "mxfp8") else "bf16"
 
 
 @lru_cache(maxsize=65536)
@@ -58,7 +65,7 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
         return 0.0
     e = hw.efficiency
     dtype = _runnable(hw, dtype)
-    max_eff = {"fp8": e.gemm_fp8, "fp4": e.gemm_fp4}.get(dtype, e.gemm_bf16)
+    max_eff = {"fp8": e.gemm_fp8, "fp4": e.gemm_fp4, "mxfp8": e.gemm_mxfp8}.get(dtype, e.gemm_bf16)
     peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
     best = float("inf")

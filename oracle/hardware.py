@@ -66,6 +66,9 @@ class Efficiency:
     gemm_fp4: float = 0.0
     """Same for NVFP4 GEMMs (block-scaled FP4, Blackwell), as a fraction of the FP4 peak; 0 where the
     part has no FP4 tensor cores."""
+    gemm_mxfp8: float = 0.0
+    """Same for MXFP8 GEMMs (FP8 with an e8m0 scale per 32 values on block-scaled tensor cores), as a
+    fraction of the FP8 peak; 0 where the part runs no MXFP8 GEMMs (training.fp8_recipe=mxfp8 refused)."""
     host_op_s: float = 0.0
     """Host (CPU) time to issue one framework-level operation of the training stack in eager mode
     (Python + Megatron-Core/Transformer Engine dispatch + launch). A pass whose ops are small is
@@ -169,6 +172,11 @@ class HardwareProfile:
         """NVFP4 GEMMs can be priced: the part has an FP4 peak and a fitted/sourced ``gemm_fp4``."""
         return self.supports("fp4") and self.efficiency.gemm_fp4 > 0
 
+    @property
+    def mxfp8_gemms(self) -> bool:
+        """MXFP8 GEMMs can be priced: the part has an FP8 peak and a sourced/fitted ``gemm_mxfp8``."""
+        return self.supports("fp8") and self.efficiency.gemm_mxfp8 > 0
+
     def memory_cap_bytes(self, margin: float = DEFAULT_MEMORY_MARGIN) -> float:
         """Usable memory cap = (HBM - runtime reserve) x (1 - margin) (paper App. C.3: margin 0.10)."""
         return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * (1.0 - margin)
@@ -182,7 +190,7 @@ _LINKS = {"scale_up": ["domain_size", "ranks_per_domain", "topology", "bandwidth
           "scale_out": ["bandwidth_gb_per_s", "latency_us"],
           "inter_pod": ["pod_size", "bandwidth_gb_per_s", "latency_us"]}
 _DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp6", "fp4", "int8")
-_FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus", "scale_out_bus")
+_FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "gemm_mxfp8", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus", "scale_out_bus")
 
 
 def _section(data: dict, key: str, where: str, problems: list[str], required: bool = True) -> dict:
@@ -309,6 +317,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
             continue
         if entry is None and fname == "gemm_fp4" and "fp4" not in peaks:
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp4 tensor cores"
+            continue
+        if entry is None and fname == "gemm_mxfp8":
+            eff_vals[fname], eff_src[fname] = 0.0, "not applicable: the profile lists no MXFP8 GEMM efficiency"
             continue
         if not isinstance(entry, dict) or "value" not in entry:
             p.append(f"{where}.efficiency.{fname} must be {{value: X, source: '...'}}")

@@ -122,6 +122,11 @@ def check(run: RunConfig) -> list[str]:
     if t.precision == "nvfp4" and not hw.fp4_gemms:
         p.append(f"precision=nvfp4 needs FP4 tensor cores with a gemm_fp4 efficiency in the profile; hardware "
                  f"{hw.name!r} has {', '.join(sorted(hw.peak_flops_per_s))} (use bf16 or fp8)")
+    if t.fp8_recipe != "delayed" and t.precision != "fp8":
+        p.append(f"fp8_recipe={t.fp8_recipe} scales FP8 GEMM inputs: it needs precision=fp8, got precision={t.precision}")
+    elif t.fp8_recipe == "mxfp8" and not hw.mxfp8_gemms:
+        p.append(f"fp8_recipe=mxfp8 needs block-scaled FP8 tensor cores with a gemm_mxfp8 efficiency in the profile "
+                 f"(Blackwell, CDNA4); hardware {hw.name!r} has none: use fp8_recipe=delayed, tensorwise or blockwise")
     if t.fp8_activations and t.precision != "fp8":
         p.append("fp8_activations=true needs precision=fp8")
     if t.fp8_param_gather:
@@ -228,6 +233,8 @@ def _framework_problems(run: RunConfig) -> list[str]:
                    ("moe_expert_capacity_factor", t.moe_expert_capacity_factor is not None,
                     "its MoE is dropless (token choice, no capacity)"),
                    ("fp8_param_gather=true", t.fp8_param_gather, "FSDP2's float8 all-gather is not modelled"),
+                   ("fp8_recipe=blockwise", t.fp8_recipe == "blockwise",
+                    "its float8 converters scale per tensor (tensorwise) or per 32-value block (mxfp8)"),
                    ("sequence_parallel=false", t.tp > 1 and t.sequence_parallel is False,
                     "its tensor parallelism always shards the sequence"),
                    ("tp_comm_overlap=true", t.tp_overlap and not t.torch_compile,

@@ -181,6 +181,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         raise InvalidConfigError(f"trees={trees!r} must be 'worst', 'all' or 'none'")
     t, card = run.training, run.model
     grad_bytes = BYTES_GRAD if t.grad_reduce_in_fp32 else BYTES_GRAD_BF16
+    fp8_copy = 1.0 + (1.0 / 32 if t.fp8_recipe == "mxfp8" else 0.0)  # an FP8 weight copy (+ MXFP8's scale per 32)
     lay = Layout(run)
     pp, vpp, sched = t.pp, t.vpp, t.schedule
     m = max(1, lay.num_microbatches)
@@ -260,9 +261,9 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         elif t.precision == "fp8" and t.fp8_param_gather:
             # FP8 parameters: the row-wise FP8 data replaces the BF16 weight (params below), the
             # column-wise copy stays (Megatron --fp8-param-gather with Transformer Engine FP8 tensors)
-            other.append(("fp8_weight_cache", 1 * gemm))
+            other.append(("fp8_weight_cache", fp8_copy * gemm))
         elif t.precision == "fp8" and assumptions.fp8_weight_cache:
-            other.append(("fp8_weight_cache", 2 * gemm))  # row-wise + column-wise FP8 copies, 1 B each
+            other.append(("fp8_weight_cache", 2 * fp8_copy * gemm))  # row-wise + column-wise FP8 copies
         elif t.precision == "nvfp4" and assumptions.fp8_weight_cache:
             # row-wise + column-wise NVFP4 copies: 0.5 B per value + one fp8 scale per 16 values each
             other.append(("fp4_weight_cache", 2 * gemm * (0.5 + 1 / 16)))

@@ -157,7 +157,9 @@ class Shapes:
     mbs: int
     seq_len: int
     dtype: str
-    """Decoder-layer GEMM precision: bf16 | fp8 | fp4."""
+    """Decoder-layer GEMM kernel class: bf16 | fp8 | mxfp8 | fp4 (TrainingConfig.gemm_kernel)."""
+    fp8_recipe: str = "delayed"
+    """FP8 scaling recipe (TrainingConfig.fp8_recipe): what the quantise casts move (CAST_BYTES)."""
     moe_load: float = 1.0
     """Busiest expert's pairs over the mean (TrainingConfig.moe_load: imbalance, capped or padded by the
     capacity factor)."""
@@ -197,7 +199,7 @@ class Shapes:
         T = t.mbs * t.seq_len // t.cp
         titan = t.framework == "torchtitan"
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
-                   seq_len=t.seq_len, dtype=t.gemm_dtype, moe_load=t.moe_load,
+                   seq_len=t.seq_len, dtype=t.gemm_kernel, fp8_recipe=t.fp8_recipe, moe_load=t.moe_load,
                    capacity_factor=t.moe_expert_capacity_factor,
                    saved_gemm_bytes=FP8 if t.fp8_activations else BF16, framework=t.framework,
                    compiled=t.torch_compile,
@@ -232,12 +234,24 @@ def _core_attention_saved(card, s: Shapes, q_w: float, k_w: float, v_w: float) -
     return tuple(t)
 
 
-def _cast_bytes(dtype: str, elems: float) -> float:
+CAST_BYTES = {"delayed": 3.0, "tensorwise": 3.0, "mxfp8": 2.0 + 2 * (1.0 + 1.0 / 32), "blockwise": 2.0 + 2 * (1.0 + 4.0 / 128)}
+"""Quantise traffic per FP8 GEMM input element by recipe (Transformer Engine's quantizers): delayed and
+tensorwise read bf16 and write fp8 (2 + 1): the scale comes from the amax history, or, with current
+scaling, from the amax the producing kernel (TE's fused norms and activations, the GEMM epilogue) reduced
+while writing the tensor; mxfp8 and blockwise read once and write row-wise and column-wise copies with
+their scales (MXFP8: e8m0 per 32 values; blockwise: fp32 per 128), 2 + 2 x (1 + scale)."""
+
+
+def _cast_bytes(s: Shapes, elems: float) -> float:
     """Quantise-cast traffic for low-precision GEMM inputs: read bf16, write fp8/fp4 (+scales)."""
-    if dtype == "fp8":
-        return 3.0 * elems
-    if dtype == "fp4":
+    if s.dtype == "fp4":
         return 2.5 * elems + elems / 16  # bf16 read, 0.5 B write, one fp8 scale per 16 (NVFP4)
+    if s.dtype == "mxfp8":
+        return CAST_BYTES["mxfp8"] * elems
+    if s.dtype == "fp8":
+        # TorchTitan's torchao float8 casts are priced by their own kernels (_quant_op's eager factor)
+        recipe = s.fp8_recipe if s.framework == "megatron" else "delayed"
+        return CAST_BYTES[recipe] * elems
     return 0.0
 
 
@@ -328,7 +342,7 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
     ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
                   saved=(Saved("context", T * ctx_w * b_g),)))
     if dt != "bf16":
-        ops.append(_quant_op(s, "attn_quant", _cast_bytes(dt, in_elems + T * card.attn_out_width / tp), PRE_SYNC))
+        ops.append(_quant_op(s, "attn_quant", _cast_bytes(s, in_elems + T * card.attn_out_width / tp), PRE_SYNC))
     ops.append(Op(name="attn_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1, saved=_dropout_mask(s, H)))
     return ops
 
@@ -349,7 +363,7 @@ def mlp_ops(card, s: Shapes, ffn: int, tokens: int, prefix: str = "mlp", segment
            Op(name=f"{prefix}_down", kind=GEMM, m=tokens, n=H, k=ffn // tp, dtype=dt, host_ops=2, segment=segment,
               saved=down_saved)]
     if dt != "bf16":
-        ops.append(_quant_op(s, f"{prefix}_quant", _cast_bytes(dt, tokens * (H + ffn / tp)), segment))
+        ops.append(_quant_op(s, f"{prefix}_quant", _cast_bytes(s, tokens * (H + ffn / tp)), segment))
     return ops
 
 
@@ -436,7 +450,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
            Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, fused_groups=titan, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, saved=down_saved)]
     if dt != "bf16":
-        ops.append(_quant_op(s, "experts_quant", _cast_bytes(dt, pairs * (H + ffn_l)), POST_SYNC, 2 * loops))
+        ops.append(_quant_op(s, "experts_quant", _cast_bytes(s, pairs * (H + ffn_l)), POST_SYNC, 2 * loops))
     if card.num_shared_experts:
         # fc1 input is the router input tensor (bf16: no extra copy; fp8: TE keeps an FP8 cast)
         fp8_in = (Saved("fc1_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()

@@ -226,9 +226,9 @@ PUBLISHED_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         # fp16 runs at the bf16 tensor-core rate with the same bytes on every bundled part (loss scaling aside)
         **{k: ("bf16", "fp16 priced as bf16: same tensor rate and bytes") for k in ("fp16", "fp16mixed", "16mixed",
                                                                                      "float16", "half")},
-        # FP8 recipes (per-tensor current/delayed scaling, MXFP8, blockwise) share the fp8 GEMM rate here;
-        # MXFP8 measures 4-6% slower in NVIDIA's same-table pairs (docs/accuracy.md)
-        **{k: ("fp8", "the FP8 recipe is not modelled separately") for k in (
+        # FP8 recipes (per-tensor current/delayed scaling, MXFP8, blockwise): precision fp8, and the recipe a
+        # spelling names goes to fp8_recipe (FP8_RECIPE_SPELLINGS)
+        **{k: ("fp8", "") for k in (
             "fp8", "float8", "fp8cs", "fp8currentscaling", "fp8delayed", "fp8delayedscaling", "fp8tensorwise",
             "fp8rowwise", "fp8blockwise", "fp8hybrid", "mxfp8", "fp8mx", "fp8mxfp8", "fp8e4m3")},
         **{k: ("nvfp4", "") for k in ("nvfp4", "fp4")},
@@ -260,18 +260,49 @@ PUBLISHED_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
 
 
 def _published_spellings(training: dict[str, Any]) -> list[str]:
-    """Map published spellings of precision, dispatcher and recompute onto the oracle's values."""
+    """Map published spellings of precision, dispatcher and recompute onto the oracle's values (a precision
+    spelling that names an FP8 recipe, MXFP8 or FP8-CS, also sets fp8_recipe unless the row states one)."""
     notes = []
     for key, table in PUBLISHED_SPELLINGS.items():
         v = training.get(key)
         if not isinstance(v, str):
             continue
-        hit = table.get(re.sub(r"[^a-z0-9]", "", v.lower()))
+        norm = re.sub(r"[^a-z0-9]", "", v.lower())
+        hit = table.get(norm)
+        if key == "precision" and hit is not None and hit[0] == "fp8" and "fp8_recipe" not in training:
+            recipe = next((r for pat, r in FP8_RECIPE_SPELLINGS if re.search(pat, norm)), None)
+            if recipe is not None:
+                training["fp8_recipe"] = recipe
+                notes.append(f"fp8_recipe={recipe} (published precision {v!r})")
         if hit is None or hit[0] == v:
             continue
         training[key] = hit[0]
         notes.append(f"{key}={hit[0]} (published {v!r}" + (f": {hit[1]})" if hit[1] else ")"))
     return notes
+
+
+FP8_RECIPE_SPELLINGS: tuple[tuple[str, str], ...] = (
+    (r"mx", "mxfp8"), (r"block", "blockwise"), (r"delayed", "delayed"),
+    (r"cs|current|tensorwise|pertensor", "tensorwise"))
+"""How a precision or recipe spelling names an FP8 recipe (lower case, punctuation removed): MXFP8 / fp8-mx,
+blockwise, delayed scaling, current scaling (per-tensor)."""
+_NOTES_RECIPE = re.compile(r"fp8_recipe\s*=\s*([A-Za-z0-9_\-]+)")
+
+
+def _published_fp8_recipe(training: dict[str, Any], row: dict[str, str]) -> list[str]:
+    """An FP8 row's scaling recipe: the ``fp8_recipe=`` its notes publish (NVIDIA's tables: mxfp8, current
+    scaling), else Megatron's default (delayed), said in ``assumed``."""
+    if "fp8_recipe" in training or str(training.get("precision", "")).lower() != "fp8":
+        return []
+    m = _NOTES_RECIPE.search(row.get("notes") or "")
+    if m:
+        norm = re.sub(r"[^a-z0-9]", "", m.group(1).lower())
+        recipe = next((r for pat, r in FP8_RECIPE_SPELLINGS if re.search(pat, norm)), None)
+        if recipe is not None:
+            training["fp8_recipe"] = recipe
+            return [f"fp8_recipe={recipe} (the row's notes: fp8_recipe={m.group(1)})"]
+    training["fp8_recipe"] = "delayed"
+    return ["fp8_recipe=delayed (no recipe published: Megatron-Core's default)"]
 
 
 _TORCHTITAN = re.compile(r"torch\s*titan", re.IGNORECASE)
@@ -444,6 +475,7 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
             "training": training}
     assumed += _published_spellings(training)
     assumed += _published_framework(training, row)
+    assumed += _published_fp8_recipe(training, row)
     assumed += _published_variant(data, row)
     assumed += _published_token_drop(training, row)
     if not any(k in training for k in LAYOUT_KEYS):

@@ -160,12 +160,13 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     done.update(("recompute", "recompute_num_layers", "recompute_modules"))
     if problem:
         unsup.append(("recompute_num_layers", t.recompute_num_layers, problem))
-    done.add("precision")
+    done.update(("precision", "fp8_recipe"))
     if t.precision == "bf16":
         put("bf16", True)
     elif t.precision == "fp8":
         put("bf16", True)
-        put("fp8_format", "hybrid")  # E4M3 forward, E5M2 gradients (Transformer Engine 'hybrid')
+        put("fp8_format", "e4m3" if t.fp8_recipe == "mxfp8" else "hybrid")  # MXFP8: E4M3 throughout (TE)
+        put("fp8_recipe", t.fp8_recipe)
     elif t.precision == "nvfp4":
         put("bf16", True)
         put("fp4_format", "e2m1")
@@ -304,10 +305,12 @@ def _torchtitan(run: RunConfig) -> Export:
     if t.recompute == "full" and t.recompute_num_layers is not None:
         unsup.append(("recompute_num_layers", t.recompute_num_layers, "TorchTitan checkpoints every layer (full) "
                                                                       "or every n-th (selective_ac_option = n)"))
-    done.add("precision")
+    done.update(("precision", "fp8_recipe"))
     opt.append(("training.mixed_precision_param", "bfloat16"))
-    if t.precision == "fp8":
-        opt.append(("model.converters", ["float8"]))
+    if t.precision == "fp8" and t.fp8_recipe == "mxfp8":
+        opt.append(("model.converters", ["mx"]))  # torchao MXFP8 (torchtitan's MX converter)
+    elif t.precision == "fp8":
+        opt.append(("model.converters", ["float8"]))  # torchao dynamic per-tensor scaling
     elif t.precision != "bf16":
         unsup.append(("precision", t.precision, "TorchTitan's converters are float8 and mx (MXFP8), not NVFP4"))
     done.add("grad_reduce_in_fp32")

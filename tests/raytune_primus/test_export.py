@@ -39,6 +39,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute-method", choices=["uniform", "block"])
     p.add_argument("--recompute-modules", nargs="*", type=str)
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
+    p.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "mxfp8", "blockwise"])
     p.add_argument("--fp4-format", choices=["e2m1"])
     p.add_argument("--fp4-recipe", choices=["nvfp4"])
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
@@ -139,6 +140,19 @@ def test_moe_a2a_overlap_exports_megatrons_two_flags():
     o = yaml.safe_load(export_run(run, "primus"))["modules"]["pre_trainer"]["overrides"]
     assert o["overlap_moe_expert_parallel_comm"] is True and o["delay_wgrad_compute"] is True
     assert "moe_a2a_overlap=true" in comments(export_run(run, "torchtitan"))
+
+
+def test_fp8_recipe_exports_to_megatron_and_torchtitan():
+    def on(hw, recipe):
+        return RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": hw, "num_gpus": 8},
+                                    "training": {"seq_len": 2048, "gbs": 64, "ep": 2, "precision": "fp8",
+                                                 "fp8_recipe": recipe}})
+    a = parse_megatron(export_run(on("b200", "mxfp8"), "megatron"))
+    assert (a.fp8_recipe, a.fp8_format) == ("mxfp8", "e4m3")
+    b = parse_megatron(export_run(on("h100-sxm", "tensorwise"), "megatron"))
+    assert (b.fp8_recipe, b.fp8_format) == ("tensorwise", "hybrid")
+    assert 'converters = ["mx"]' in options(export_run(on("b200", "mxfp8"), "torchtitan"))
+    assert 'converters = ["float8"]' in options(export_run(on("h100-sxm", "tensorwise"), "torchtitan"))
 
 
 def test_cuda_graphs_export_megatrons_impl_and_scope():
