@@ -66,3 +66,17 @@ def test_an_edited_profile_gets_another_key_and_round_trips_inline():
     assert isinstance(d["cluster"]["hardware"], dict)
     back = RunConfig.from_dict(d)
     assert back.cluster.hardware == hw and back.key() == edited.key()
+
+
+def test_a_key_names_the_non_default_training_values_only():
+    """Adding a training key with a default must not change any existing configuration's key (searches
+    break exact ties by key, docs/search.md): the key hashes the values that differ from the defaults."""
+    from oracle.config import RunConfig
+
+    base = {"model": "llama3-8b", "cluster": {"hardware": "h100-sxm", "num_gpus": 8},
+            "training": {"seq_len": 4096, "gbs": 64}}
+    run = RunConfig.from_dict(base)
+    stated = RunConfig.from_dict({**base, "training": {**base["training"], "tp": 1, "cuda_graph_impl": "none",
+                                                       "fp8_recipe": "delayed"}})
+    assert run.key() == stated.key()  # stating a default names the same configuration
+    assert RunConfig.from_dict({**base, "training": {**base["training"], "tp": 2}}).key() != run.key()
