@@ -60,8 +60,8 @@ class TrainingConfig:
     output layer stay BF16)."""
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = "delayed"
     """How FP8 GEMM inputs are scaled (Megatron-Core ``--fp8-recipe``, default delayed): delayed (per-tensor
-    scale from the amax history, cast in one pass), tensorwise (per-tensor current scaling: an amax pass over
-    each tensor before its cast), mxfp8 (MXFP8: an e8m0 scale per 32 values, the input quantised row-wise
+    scale from the amax history, cast in one pass), tensorwise (per-tensor current scaling: the producing
+    kernel reduces the amax, the cast is one pass too), mxfp8 (MXFP8: an e8m0 scale per 32 values, the input quantised row-wise
     and column-wise, GEMMs on block-scaled tensor cores at ``efficiency.gemm_mxfp8``; Blackwell, CDNA4) or
     blockwise (1x128 / 128x128 blocks, DeepSeek-V3 style, quantised both ways, at the FP8 GEMM efficiency).
     Only with precision=fp8 (docs/kernel-model.md "FP8 recipes"). Under framework=torchtitan delayed and

@@ -96,8 +96,3 @@ def captured_blocks(t: TrainingConfig, kind: str) -> frozenset[str]:
 def replays_per_layer(t: TrainingConfig, kind: str) -> int:
     """Graph replays the host issues per layer and pass (0 under full_iteration: one per iteration)."""
     return 0 if full_iteration(t) else len(layer_regions(t, kind))
-
-
-def captures_the_dispatcher(t: TrainingConfig, kinds: tuple[str, ...]) -> bool:
-    """A captured region holds a MoE layer's dispatch (what a host sync forbids)."""
-    return "moe" in kinds and EXPERTS in captured_blocks(t, "moe")
