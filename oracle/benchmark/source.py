@@ -69,12 +69,14 @@ def _anchors(run: RunConfig, plan: BenchPlan) -> dict[str, _Anchor]:
 
 
 def fp8_speedup(run: RunConfig) -> float:
-    """Achievable fp8 / bf16 GEMM throughput of the target profile (peak ratio x efficiency ratio); 1 for bf16."""
+    """Achievable fp8 / bf16 GEMM throughput of the target profile (peak ratio x efficiency ratio, the MXFP8
+    efficiency under fp8_recipe=mxfp8); 1 for bf16."""
     hw = run.cluster.hardware
     if run.training.precision != "fp8" or not hw.supports("fp8"):
         return 1.0
     e = hw.efficiency
-    return (hw.peak_flops_per_s["fp8"] * e.gemm_fp8) / (hw.peak_flops_per_s["bf16"] * e.gemm_bf16)
+    eff8 = e.gemm_mxfp8 if run.training.gemm_kernel == "mxfp8" and hw.mxfp8_gemms else e.gemm_fp8
+    return (hw.peak_flops_per_s["fp8"] * eff8) / (hw.peak_flops_per_s["bf16"] * e.gemm_bf16)
 
 
 class Bencher:

@@ -230,3 +230,11 @@ def test_benchmark_mode_says_its_layers_ran_eager_when_graphs_are_asked_for():
     assert not any("eager layers" in w for w in _source(run).project(run).warnings)
     assert any("eager layers" in w for w in _source(graphed).project(graphed).warnings)
     assert not any("eager layers" in w for w in project(graphed).warnings)  # simulate prices the graphs
+
+
+def test_the_fp8_speedup_of_measured_bf16_gemms_follows_the_recipe():
+    """Benchmark mode scales measured bf16 GEMMs to the target's FP8 rate: MXFP8 at its own efficiency."""
+    base = _run("tiny-dense", gpus=1, gbs=4, hw="b200", precision="fp8")
+    mx = dataclasses.replace(base, training=base.training.replace(fp8_recipe="mxfp8"))
+    e = base.cluster.hardware.efficiency
+    assert fp8_speedup(mx) / fp8_speedup(base) == pytest.approx(e.gemm_mxfp8 / e.gemm_fp8)
