@@ -115,7 +115,7 @@ class Op:
     segment: int = PRE_SYNC
     """Forward segment relative to the MoE dispatcher's device-to-host sync."""
     block: str = ""
-    """The part of the decoder layer the op belongs to (LAYER_BLOCKS): what a CUDA graph scope captures
+    """The part of the decoder layer the op belongs to (ATTN, MLP, ROUTER, EXPERTS): what a CUDA graph scope captures
     (oracle.cuda_graphs). Empty for the embedding and the output head."""
     saved: tuple[Saved, ...] = ()
     """Tensors kept for backward (oracle.activations sums them per layer, module and recompute mode)."""

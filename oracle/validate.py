@@ -270,7 +270,7 @@ def _published_spellings(training: dict[str, Any]) -> list[str]:
         norm = re.sub(r"[^a-z0-9]", "", v.lower())
         hit = table.get(norm)
         if key == "precision" and hit is not None and hit[0] == "fp8" and "fp8_recipe" not in training:
-            recipe = next((r for pat, r in FP8_RECIPE_SPELLINGS if re.search(pat, norm)), None)
+            recipe = _fp8_recipe_named(norm)
             if recipe is not None:
                 training["fp8_recipe"] = recipe
                 notes.append(f"fp8_recipe={recipe} (published precision {v!r})")
@@ -289,18 +289,22 @@ blockwise, delayed scaling, current scaling (per-tensor)."""
 _NOTES_RECIPE = re.compile(r"fp8_recipe\s*=\s*([A-Za-z0-9_\-]+)")
 
 
+def _fp8_recipe_named(spelling: str) -> str | None:
+    """The FP8 recipe a spelling names (FP8_RECIPE_SPELLINGS), or None."""
+    norm = re.sub(r"[^a-z0-9]", "", spelling.lower())
+    return next((r for pat, r in FP8_RECIPE_SPELLINGS if re.search(pat, norm)), None)
+
+
 def _published_fp8_recipe(training: dict[str, Any], row: dict[str, str]) -> list[str]:
     """An FP8 row's scaling recipe: the ``fp8_recipe=`` its notes publish (NVIDIA's tables: mxfp8, current
     scaling), else Megatron's default (delayed), said in ``assumed``."""
     if "fp8_recipe" in training or str(training.get("precision", "")).lower() != "fp8":
         return []
     m = _NOTES_RECIPE.search(row.get("notes") or "")
-    if m:
-        norm = re.sub(r"[^a-z0-9]", "", m.group(1).lower())
-        recipe = next((r for pat, r in FP8_RECIPE_SPELLINGS if re.search(pat, norm)), None)
-        if recipe is not None:
-            training["fp8_recipe"] = recipe
-            return [f"fp8_recipe={recipe} (the row's notes: fp8_recipe={m.group(1)})"]
+    recipe = _fp8_recipe_named(m.group(1)) if m else None
+    if recipe is not None:
+        training["fp8_recipe"] = recipe
+        return [f"fp8_recipe={recipe} (the row's notes: fp8_recipe={m.group(1)})"]
     training["fp8_recipe"] = "delayed"
     return ["fp8_recipe=delayed (no recipe published: Megatron-Core's default)"]
 
