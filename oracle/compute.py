@@ -102,6 +102,94 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
     return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
 
 
+def op_host_s(hw, op: Op) -> tuple[float, float]:
+    """(forward, backward) host issue seconds of one op on ``hw``."""
+    e = hw.efficiency
+    base = op.host_ops * e.host_op_s
+    return base + op.loop_launches * e.kernel_launch_s, base + 2 * op.loop_launches * e.kernel_launch_s
+
+
+@dataclass(frozen=True, slots=True)
+class _OpSums:
+    """What one decoder layer's op graph costs on a part, before any communication: everything of
+    ``LayerModel.layer`` that depends only on the ops (their shapes and dtypes), the part and the run's
+    CUDA-graph capture, sync and recompute choices, so it is priced once per distinct layer and shared by
+    every configuration with that layer (``_op_sums``)."""
+
+    priced: tuple
+    """(op, forward_s, dgrad_s, wgrad_s) per op."""
+    f: float
+    b: float
+    w: float
+    attn_f: float
+    """Core-attention forward."""
+    ag_f: float
+    """Forward of the attention block's GEMMs (what its TP pair's comm overlaps)."""
+    ag_b: float
+    """Backward (dgrad + wgrad) of the attention block's GEMMs."""
+    has_mlp_gemms: bool
+    """The layer has a dense MLP or shared-expert GEMM pair (a second TP pair)."""
+    mlp_f: float
+    mlp_b: float
+    attention: tuple | None
+    """The priced core-attention op (CP's ring overlaps it)."""
+    moe_f: float
+    """The MoE block's own forward compute: router and post-sync routed-expert ops (what DeepEP overlaps)."""
+    moe_bw: float
+    seg_dev: tuple[float, float]
+    """Device seconds per forward segment (before / after the dispatcher's sync), without communication."""
+    seg_host: tuple[float, float]
+    """Host issue seconds per forward segment."""
+    host_b: float
+    """Host issue seconds of the backward (graph replays included)."""
+    replay_f: float
+    """Forward of the ops selective recompute replays besides core attention."""
+
+
+_ATTN_GEMMS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up", "qkv", "attn_out"})
+
+
+@lru_cache(maxsize=4096)
+def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: frozenset[str], synced: bool,
+             graph_replays: int, mods: frozenset[str], op_level_sac: bool) -> _OpSums:
+    ops = layer_ops(card, shapes, kind, window)  # cached per shape by oracle.opgraph
+    priced = tuple((op, *price_op(hw, op)) for op in ops)
+    f = sum(p[1] for p in priced)
+    b = sum(p[2] for p in priced)
+    w = sum(p[3] for p in priced)
+    attn_f = sum(p[1] for p in priced if p[0].kind == ATTENTION)
+    gemm = [p for p in priced if p[0].kind == GEMM]
+    ag_f = sum(p[1] for p in gemm if p[0].name in _ATTN_GEMMS)
+    ag_b = sum(p[2] + p[3] for p in gemm if p[0].name in _ATTN_GEMMS)
+    mlp_prefix = "shared_" if kind == "moe" else "mlp_"
+    mg = [p for p in gemm if p[0].name.startswith(mlp_prefix)]
+    attention = next((p for p in priced if p[0].kind == ATTENTION), None)
+    moe_f = moe_bw = 0.0
+    if kind == "moe":
+        post = [p for p in priced if p[0].segment == POST_SYNC and not p[0].name.startswith("shared_")]
+        moe_f = sum(p[1] for p in priced if p[0].name in ("router", "router_topk")) + sum(p[1] for p in post)
+        moe_bw = sum(p[2] + p[3] for p in priced if p[0].name in ("router", "router_topk")) + \
+            sum(p[2] + p[3] for p in post)
+    e = hw.efficiency
+    host_b = graph_replays * GRAPH_REPLAY_HOST_OPS * e.host_op_s
+    seg_dev = [0.0, 0.0]
+    seg_host = [host_b, 0.0]
+    for op, pf, _pb, _pw in priced:
+        hf, hb = (0.0, 0.0) if op.block in graphed else op_host_s(hw, op)
+        seg = op.segment if synced else 0
+        seg_dev[seg] += pf
+        seg_host[seg] += hf
+        host_b += hb
+    replayed = {op.name for op in replayed_ops(ops, mods)} if mods else set()
+    replay_f = sum(p[1] for p in priced if p[0].name in replayed)
+    if op_level_sac:  # TorchTitan: every op's forward but attention's and every other matmul's, again
+        replay_f = sum(p[1] * share for p, (_, share) in zip(priced, op_sac_plan(ops)))
+    return _OpSums(priced=priced, f=f, b=b, w=w, attn_f=attn_f, ag_f=ag_f, ag_b=ag_b, has_mlp_gemms=bool(mg),
+                   mlp_f=sum(p[1] for p in mg), mlp_b=sum(p[2] + p[3] for p in mg), attention=attention,
+                   moe_f=moe_f, moe_bw=moe_bw, seg_dev=(seg_dev[0], seg_dev[1]), seg_host=(seg_host[0], seg_host[1]),
+                   host_b=host_b, replay_f=replay_f)
+
+
 class LayerModel:
     """Prices decoder layers, embedding and output for one RunConfig (simulate mode) from their op graphs."""
 
@@ -123,9 +211,7 @@ class LayerModel:
 
     def host_s(self, op: Op) -> tuple[float, float]:
         """(forward, backward) host issue seconds of one op."""
-        e = self.hw.efficiency
-        base = op.host_ops * e.host_op_s
-        return base + op.loop_launches * e.kernel_launch_s, base + 2 * op.loop_launches * e.kernel_launch_s
+        return op_host_s(self.hw, op)
 
     def _coll(self, kind: str, group: str, nbytes: float, **kw):
         g = self.L.group(group)
@@ -238,69 +324,47 @@ class LayerModel:
         if hit is not None:
             return hit
         m, t = self.m, self.t
-        ops = self.ops(kind, window)
-        priced = tuple((op, *self.price(op)) for op in ops)
-        f = sum(p[1] for p in priced)
-        b = sum(p[2] for p in priced)
-        w = sum(p[3] for p in priced)
-        attn_f = sum(p[1] for p in priced if p[0].kind == ATTENTION)
-        gemm = [p for p in priced if p[0].kind == GEMM]
+        # CUDA graphs: a captured op costs the host nothing; each graph replay costs its callable's ops
+        # (captured regions sit before the sync: a dispatcher that syncs cannot be captured)
+        graphed = captured_blocks(t, kind)
+        synced = kind == "moe" and t.moe_host_sync
+        # selective recompute besides core attention (attn_f_s): each recomputed module's forward once;
+        # Megatron's MoE checkpoint replays the router, dispatch all-to-all (and its sync) and combine
+        mods = frozenset(self.t.recomputed_modules - {"core_attn"})
+        args = (self.hw, m, self.shapes, kind, window, graphed, synced, replays_per_layer(t, kind), mods, t.op_level_sac)
+        try:
+            o = _op_sums(*args)
+        except TypeError:  # an unhashable card: priced uncached
+            o = _op_sums.__wrapped__(*args)
+        f, b, w = o.f, o.b, o.w
         # TP traffic: one column-parallel in / row-parallel out pair for attention, one for a dense MLP
         # or the shared experts; each pair's comm overlaps the GEMMs of its block
-        attn_names = {"q_down", "q_up", "q_proj", "kv_down", "kv_up", "qkv", "attn_out"}
-        ag_f = sum(p[1] for p in gemm if p[0].name in attn_names)
-        ag_b = sum(p[2] + p[3] for p in gemm if p[0].name in attn_names)
         tp_bytes = BF16 * self.T * m.hidden_size
-        tp = self._tp_comm(tp_bytes, 1, ag_f, ag_b)
-        mlp_prefix = "shared_" if kind == "moe" else "mlp_"
-        mg = [p for p in gemm if p[0].name.startswith(mlp_prefix)]
-        if mg:
-            tpm = self._tp_comm(tp_bytes, 1, sum(p[1] for p in mg), sum(p[2] + p[3] for p in mg))
+        tp = self._tp_comm(tp_bytes, 1, o.ag_f, o.ag_b)
+        if o.has_mlp_gemms:
+            tpm = self._tp_comm(tp_bytes, 1, o.mlp_f, o.mlp_b)
             tp = CommPart(tp.f_total_s + tpm.f_total_s, tp.f_exposed_s + tpm.f_exposed_s, tp.b_total_s + tpm.b_total_s,
                           tp.b_exposed_s + tpm.b_exposed_s, tp.algorithm or tpm.algorithm)
         comm: dict[str, CommPart] = {"tp": tp}
         if t.cp > 1:
-            att = next(p for p in priced if p[0].kind == ATTENTION)
+            att = o.attention
             comm["cp"] = self._cp_comm(att[1], att[2], att[0].d_qk, att[0].d_v)
         if kind == "moe":
-            post = [p for p in priced if p[0].segment == POST_SYNC and not p[0].name.startswith("shared_")]
-            moe_f = sum(p[1] for p in priced if p[0].name in ("router", "router_topk")) + sum(p[1] for p in post)
-            moe_bw = sum(p[2] + p[3] for p in priced if p[0].name in ("router", "router_topk")) + \
-                sum(p[2] + p[3] for p in post)
-            comm.update(self._moe_comm(moe_f, moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_bw=b + w))
+            comm.update(self._moe_comm(o.moe_f, o.moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_bw=b + w))
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
         # host-bound stretches: per forward segment (the dispatcher sync stops the host running ahead)
         # max(device, host); backward has no sync, one stretch. The idle is the excess over the device.
-        synced = kind == "moe" and t.moe_host_sync
         f_exposed_comm = sum(c.f_exposed_s for c in comm.values())
         b_exposed_comm = sum(c.b_exposed_s for c in comm.values())
-        # CUDA graphs: a captured op costs the host nothing; each graph replay costs its callable's ops
-        # (captured regions sit before the sync: a dispatcher that syncs cannot be captured)
-        graphed = captured_blocks(t, kind)
-        host_b = replays_per_layer(t, kind) * GRAPH_REPLAY_HOST_OPS * self.hw.efficiency.host_op_s
-        seg_dev = [0.0, 0.0]
-        seg_host = [host_b, 0.0]
-        for op, pf, _pb, _pw in priced:
-            hf, hb = (0.0, 0.0) if op.block in graphed else self.host_s(op)
-            seg = op.segment if synced else 0
-            seg_dev[seg] += pf
-            seg_host[seg] += hf
-            host_b += hb
+        seg_dev = list(o.seg_dev)
         seg_dev[1 if synced else 0] += f_exposed_comm
-        idle_f = sum(max(0.0, h - d) for h, d in zip(seg_host, seg_dev))
-        idle_b = max(0.0, host_b - (b + w + b_exposed_comm))
+        idle_f = sum(max(0.0, h - d) for h, d in zip(o.seg_host, seg_dev))
+        idle_b = max(0.0, o.host_b - (b + w + b_exposed_comm))
         # one device-to-host sync per MoE forward (token counts -> all-to-all splits, grouped-GEMM
         # sizes); the backward reuses the host-side counts (docs/calibration.md, "MoE sync stall")
         stall = self.hw.efficiency.moe_sync_stall_s if synced else 0.0
-        # selective recompute besides core attention (attn_f_s): each recomputed module's forward once;
-        # Megatron's MoE checkpoint replays the router, dispatch all-to-all (and its sync) and combine
-        mods = self.t.recomputed_modules - {"core_attn"}
-        replayed = {op.name for op in replayed_ops(ops, frozenset(mods))} if mods else set()
-        replay_f = sum(p[1] for p in priced if p[0].name in replayed)
-        if t.op_level_sac:  # TorchTitan: every op's forward but attention's and every other matmul's, again
-            replay_f = sum(p[1] * share for p, (_, share) in zip(priced, op_sac_plan(ops)))
         moe_replay = kind == "moe" and "moe" in mods
-        cost = LayerCost(kind, f, b, w, attn_f, comm, stall + idle_f, idle_b, priced, replay_f_s=replay_f,
+        cost = LayerCost(kind, f, b, w, o.attn_f, comm, stall + idle_f, idle_b, o.priced, replay_f_s=o.replay_f,
                          replay_comm=tuple(k for k in ("ep_a2a", "etp") if k in comm) if moe_replay else (),
                          replay_host_s=stall if moe_replay else 0.0)
         self._cache[key] = cost

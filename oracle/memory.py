@@ -153,8 +153,13 @@ def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEF
     layers and a standalone MTP stage; 1/vpp each when the rank holds none). The pipeline simulator
     weighs each chunk's in-flight micro-batches by it, so uneven chunks count at their size."""
     t = run.training
-    b = blocks(run.model, shape_of(run, assumptions))
+    shape = shape_of(run, assumptions)
     mtp_pol, mods = _mtp_policy(run), _modules(run)
+    key = (placement_key(run), shape, mtp_pol, mods)  # what the shares below read of ``run``
+    hit = _SHARES.get(key)
+    if hit is not None:
+        return hit
+    b = blocks(run.model, shape)
     out = []
     for chunks in _plans(run):
         acts = []
@@ -165,7 +170,13 @@ def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEF
             acts.append(a)
         total = sum(acts)
         out.append(tuple(a / total for a in acts) if total > 0 else (1.0 / t.vpp,) * t.vpp)
-    return tuple(out)
+    if len(_SHARES) > 4096:
+        _SHARES.clear()
+    hit = _SHARES[key] = tuple(out)
+    return hit
+
+
+_SHARES: dict[tuple, tuple[tuple[float, ...], ...]] = {}
 
 
 # ---------------------------------------------------------------------------------- projection

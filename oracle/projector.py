@@ -171,6 +171,9 @@ def _priced_chunk(run: RunConfig, lm: LayerModel, key: _ChunkKey) -> _Chunk:
                   comm_exposed=exp, comm_total=tot)
 
 
+_P2P_EDGES: dict[tuple, tuple[list[float], str]] = {}
+
+
 def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float], str]:
     """P2P time of each virtual-stage boundary v -> v+1 (activation forward, gradient backward)."""
     t, m = run.training, run.model
@@ -179,6 +182,11 @@ def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float],
         return [0.0] * max(0, n_virtual - 1), ""
     tokens = t.mbs * t.seq_len // t.cp // (t.tp if t.sp else 1)
     nbytes = BF16 * tokens * m.hidden_size
+    # the edges depend on the comm model, the pipeline group, the stage map and the message size alone
+    key = (comm, L.group("pp"), t.pp, t.vpp, L.v_shape, nbytes)
+    hit = _P2P_EDGES.get(key)
+    if hit is not None:
+        return list(hit[0]), hit[1]
     owner = {}
     for r in range(t.pp):
         for c in range(t.vpp):
@@ -193,6 +201,9 @@ def _p2p_edges(run: RunConfig, L: Layout, comm: CommModel) -> tuple[list[float],
         cost = comm.p2p_members(L.group("pp"), a, b, nbytes)  # worst pipeline replica's tier for this edge
         edges.append(cost.time_s)
         algo = cost.algorithm
+    if len(_P2P_EDGES) > 4096:
+        _P2P_EDGES.clear()
+    _P2P_EDGES[key] = (tuple(edges), algo)
     return edges, algo
 
 
@@ -249,7 +260,7 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
     else:
         b = tuple(tuple(c.b_s + c.w_s for c in row) for row in chunks)
         w = tuple(tuple(0.0 for _ in row) for row in chunks)
-    costs = StageCosts(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges), p2p_blocking=spec.blocking_p2p)
+    costs = StageCosts.trusted(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges), p2p_blocking=spec.blocking_p2p)
     return L, comm, chunks, costs, edges, p2p_algo
 
 

@@ -101,7 +101,7 @@ class OracleEvaluator:
 
     def memory(self, run: RunConfig) -> MemoryLike:
         from oracle.memory import project_memory
-        return project_memory(run)
+        return project_memory(run, trees="none")  # the verdict reads peak and cap only: no module tree
 
     def score(self, run: RunConfig) -> ProjectionLike:
         from oracle.projector import project

@@ -150,6 +150,20 @@ class StageCosts:
         if problems:
             raise InvalidConfigError(problems)
 
+    @classmethod
+    def trusted(cls, *, f_s: tuple[tuple[float, ...], ...], b_s: tuple[tuple[float, ...], ...],
+                w_s: tuple[tuple[float, ...], ...], act_bytes: tuple[tuple[float, ...], ...],
+                p2p_s: float | tuple[float, ...] = 0.0, p2p_blocking: bool = False,
+                b_release_fraction: float = 0.5) -> "StageCosts":
+        """Costs the oracle itself computed (tuples of finite non-negative floats of one shape, ``p2p_s`` a
+        float or a tuple of floats): built without the checks and conversions of the public constructor,
+        which a projection would otherwise pay on every call. Anything from outside goes through ``StageCosts(...)``."""
+        obj = object.__new__(cls)
+        for name, value in (("f_s", f_s), ("b_s", b_s), ("w_s", w_s), ("act_bytes", act_bytes), ("p2p_s", p2p_s),
+                            ("p2p_blocking", p2p_blocking), ("b_release_fraction", b_release_fraction)):
+            object.__setattr__(obj, name, value)
+        return obj
+
     @property
     def pp(self) -> int:
         return len(self.f_s)
