@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any
 
 from oracle.comm import CommModel, Topology
@@ -24,7 +25,7 @@ from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout, placement_key
 from oracle.memory import chunk_activation_shares, project_memory, rank_param_counts
-from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule
+from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule, run_schedule_many
 from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
 from oracle.pipeline.schedules.ilp import work_budget as ilp_work_budget
 from oracle.results import CommTerm, Projection, TimeBreakdown
@@ -378,7 +379,11 @@ def tokens_per_s_per_gpu_upper_bound(run: RunConfig, *, source: LayerTimeSource 
     else:
         spec = get_schedule(t.schedule)
         makespan_lb = lower_bound_s(t.pp, t.vpp, spec.layout, mb, costs)
-    extras = min(sum(_iteration_extras(run, L, comm, chunks, r)[1:]) for r in range(t.pp))
+    # ranks holding the same chunks (the middle of a pipeline) have the same post-flush terms: one each
+    firsts: dict[tuple[int, ...], int] = {}
+    for r, row in enumerate(_chunk_kinds(run, L)[1]):
+        firsts.setdefault(row, r)
+    extras = min(sum(_iteration_extras(run, L, comm, chunks, r)[1:]) for r in firsts.values())
     return t.gbs * t.seq_len / (makespan_lb + extras) / run.cluster.num_gpus
 
 
@@ -390,16 +395,84 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
     costs quantised to 1/32 of the largest op, so a search reuses solved orders across similar
     configurations (seconds -> milliseconds for ilp); the replay uses exact costs and the result says so.
     ``memory_tree=False`` skips the per-module memory tree (searches do not read it).
+    The batch of one of :func:`project_many`.
+    """
+    out = project_many([run], mode, source=source, fast_schedules=fast_schedules, memory_tree=memory_tree,
+                       errors="raise")
+    return out[0]  # type: ignore[return-value]
+
+
+def project_many(runs: Sequence[RunConfig], mode: str = "simulate", *, source: LayerTimeSource | None = None,
+                 fast_schedules: bool = False, memory_tree: bool = True,
+                 errors: str = "raise") -> list[Projection | Exception]:
+    """:func:`project` of every run of ``runs``, in order, with exactly the same results; the batch shares
+    what its runs share: runs with the same fixed-order pipeline plan (schedule, pp, vpp, micro-batches) are
+    replayed together (``run_schedule_many``, numpy over the runs). The grid and exhaustive sweeps, the
+    branch-and-bound optimum, ``validate`` and Ray bulk scoring score through it.
+
+    ``errors='raise'`` raises the first run's error; ``'return'`` puts each failing run's exception in its
+    place, so one bad configuration does not lose a batch.
     """
     if mode not in MODES:
         raise InvalidConfigError(f"mode={mode!r} is not one of {' | '.join(MODES)}")
     if mode != "simulate" and source is None:
         raise BenchmarkError(f"mode={mode} needs measured layer times: pass source=oracle.benchmark.source."
                              f"BenchmarkSource() (the CLI does with --mode benchmark|both)")
+    if errors not in ("raise", "return"):
+        raise InvalidConfigError(f"errors={errors!r} must be 'raise' or 'return'")
     src = source or LayerTimeSource()
+    out: list[Any] = [None] * len(runs)
+    inputs: list[Any] = [None] * len(runs)
+    groups: dict[tuple, list[int]] = {}
+    for i, run in enumerate(runs):
+        try:
+            inputs[i] = _pipeline_inputs(run, src)
+        except Exception as exc:  # noqa: BLE001 - kept per run (errors='return') or raised below
+            if errors == "raise":
+                raise
+            out[i] = exc
+            continue
+        t = run.training
+        if t.pp > 1 and not get_schedule(t.schedule).cost_aware:
+            groups.setdefault((t.schedule, t.pp, t.vpp, inputs[i][0].num_microbatches), []).append(i)
+    replays: dict[int, Any] = {}
+    for (name, pp, vpp, mb), idx in groups.items():
+        if len(idx) < 2:
+            continue
+        try:
+            for i, res in zip(idx, run_schedule_many(name, pp, vpp, mb, [inputs[i][3] for i in idx])):
+                replays[i] = res
+        except Exception:  # noqa: BLE001 - each run then replays (and fails) alone, with its own error
+            continue
+    for i, run in enumerate(runs):
+        if out[i] is not None:
+            continue
+        try:
+            out[i] = _project_one(run, mode, src, inputs[i], replays.get(i), fast_schedules, memory_tree)
+        except Exception as exc:  # noqa: BLE001
+            if errors == "raise":
+                raise
+            out[i] = exc
+    return out
+
+
+def _replay(run: RunConfig, costs: StageCosts, mb: int, fast_schedules: bool):
+    """The pipeline replay of one run (``timeline=False``)."""
+    t = run.training
+    if fast_schedules:
+        with ilp_work_budget(ILP_SEARCH_BUDGET):
+            # only cost-aware orders are built from costs: a fixed order needs no quantised copy
+            plan = quantized(costs) if get_schedule(t.schedule).cost_aware else None
+            return run_schedule(t.schedule, t.pp, t.vpp, mb, costs, plan_costs=plan, timeline=False)
+    return run_schedule(t.schedule, t.pp, t.vpp, mb, costs, timeline=False)
+
+
+def _project_one(run: RunConfig, mode: str, src: LayerTimeSource, inputs, res, fast_schedules: bool,
+                 memory_tree: bool) -> Projection:
+    """One projection from its pipeline inputs and, when the batch replayed it, its pipeline result."""
     t, m, hw = run.training, run.model, run.cluster.hardware
     n = run.cluster.num_gpus
-    L, comm, chunks, costs, edges, p2p_algo = _pipeline_inputs(run, src)
+    L, comm, chunks, costs, edges, p2p_algo = inputs
     pp, vpp, mb = t.pp, t.vpp, L.num_microbatches
     if pp == 1:
         per_mb = sum(c.f_s + c.b_s + c.w_s for c in chunks[0])
@@ -408,13 +481,8 @@ def project(run: RunConfig, mode: str = "simulate", *, source: LayerTimeSource |
         in_flight = None
         p2p_total = 0.0
     else:
-        if fast_schedules:
-            with ilp_work_budget(ILP_SEARCH_BUDGET):
-                # only cost-aware orders are built from costs: a fixed order needs no quantised copy
-                plan = quantized(costs) if get_schedule(t.schedule).cost_aware else None
-                res = run_schedule(t.schedule, pp, vpp, mb, costs, plan_costs=plan, timeline=False)
-        else:
-            res = run_schedule(t.schedule, pp, vpp, mb, costs, timeline=False)
+        if res is None:
+            res = _replay(run, costs, mb, fast_schedules)
         makespan = res.makespan_s
         busy = list(res.busy_s)
         in_flight = list(res.peak_activation_bytes)

@@ -25,7 +25,7 @@ from oracle.units import GIB
 from searchers.base import make_searcher
 from searchers.book import TrialBook
 from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_result,
-                                 oracle_fingerprint, score_result)
+                                 oracle_fingerprint, score_result, score_results)
 from searchers.experiment import Experiment, load_experiment
 from searchers.ledger import Ledger
 from searchers.prefilter import PreFilter
@@ -178,24 +178,35 @@ def run_search(experiment: Experiment | str | Path, searcher_name: str | None = 
 _OPTIMA: dict[tuple[str, str], dict[str, Any]] = {}
 
 
+SWEEP_BATCH = 256
+"""Points a sweep memory-checks and bounds before projecting the survivors together (``score_results``)."""
+BNB_BATCH = 16
+"""Candidates the branch and bound projects together, best bound first (a few more than a one-by-one loop
+may project: they cannot beat the best, so the optimum and its tie order are the same)."""
+
+
 def _score_chunk(args: tuple[SearchSpace, Evaluator, Sequence[tuple]]) -> tuple[float | None, tuple | None, int]:
     space, evaluator, points = args
     best, best_p, fitting = None, None, 0
     bound = getattr(evaluator, "upper_bound", None)
-    for p in points:
-        run = space.run_of(p)
-        if memory_result(evaluator, run, "") is not None:
-            continue
-        ub = bound(run) if (bound is not None and best is not None) else None
-        if ub is not None and ub < best:
-            fitting += 1  # fits, and provably cannot beat the best: skip the expensive projection
-            continue
-        res = score_result(evaluator, run, "")
-        if res.value is None:
-            continue
-        fitting += 1
-        if best is None or res.value > best:
-            best, best_p = res.value, p
+    for lo in range(0, len(points), SWEEP_BATCH):
+        todo: list[tuple[tuple, Any]] = []
+        for p in points[lo:lo + SWEEP_BATCH]:
+            run = space.run_of(p)
+            if memory_result(evaluator, run, "") is not None:
+                continue
+            ub = bound(run) if (bound is not None and best is not None) else None
+            if ub is not None and ub < best:
+                fitting += 1  # fits, and provably cannot beat the best: skip the expensive projection
+                continue
+            todo.append((p, run))
+        results = score_results(evaluator, [run for _, run in todo], [""] * len(todo))
+        for (p, _), res in zip(todo, results):
+            if res.value is None:
+                continue
+            fitting += 1
+            if best is None or res.value > best:
+                best, best_p = res.value, p
     return best, best_p, fitting
 
 
@@ -223,15 +234,19 @@ def _branch_and_bound(space: SearchSpace, evaluator: Evaluator,
     best: float | None = None
     best_i: int | None = None
     projected = 0
-    for neg_b, i in cands:
-        if best is not None and -neg_b < best:
+    k = 0
+    while k < len(cands):
+        if best is not None and -cands[k][0] < best:
             break
-        res = score_result(evaluator, space.run_of(order[i]), "")
-        projected += 1
-        if res.value is None:
-            continue
-        if best is None or res.value > best or (res.value == best and best_i is not None and i < best_i):
-            best, best_i = res.value, i
+        block = [i for neg_b, i in cands[k:k + BNB_BATCH] if best is None or -neg_b >= best]
+        k += BNB_BATCH
+        results = score_results(evaluator, [space.run_of(order[i]) for i in block], [""] * len(block))
+        projected += len(block)
+        for i, res in zip(block, results):
+            if res.value is None:
+                continue
+            if best is None or res.value > best or (res.value == best and best_i is not None and i < best_i):
+                best, best_i = res.value, i
     extra = {"method": "branch-and-bound", "projected": projected,
              "upper_bound_tokens_per_s_per_gpu": max(finite) if len(finite) == len(cands) and finite else None}
     return best, (order[best_i] if best_i is not None else None), len(cands), extra

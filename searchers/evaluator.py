@@ -107,6 +107,13 @@ class OracleEvaluator:
         from oracle.projector import project
         return project(run, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False)
 
+    def score_many(self, runs: list[RunConfig]) -> list[Any]:
+        """:meth:`score` of every run (``oracle.projector.project_many``: runs that share a pipeline plan are
+        replayed together), each failure as its exception in place."""
+        from oracle.projector import project_many
+        return project_many(runs, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False,
+                            errors="return")
+
     def upper_bound(self, run: RunConfig) -> float | None:
         """A provable upper bound on tokens/s/GPU when ``run`` uses an expensive (cost-aware) pipeline
         schedule, else None: exhaustive sweeps skip such points when the bound cannot beat the best."""
@@ -159,6 +166,28 @@ def score_result(evaluator: Evaluator, run: RunConfig, key: str) -> TrialResult:
     'failed' when the oracle raises or returns no finite positive throughput."""
     try:
         proj = evaluator.score(run)
+    except Exception as exc:
+        proj = exc
+    return _scored(proj, run, key)
+
+
+def score_results(evaluator: Evaluator, runs: list[RunConfig], keys: list[str]) -> list[TrialResult]:
+    """:func:`score_result` of each run, through the evaluator's batch ``score_many`` where it has one."""
+    many = getattr(evaluator, "score_many", None)
+    if many is None:
+        return [score_result(evaluator, r, k) for r, k in zip(runs, keys)]
+    try:
+        projections = many(runs)
+    except Exception as exc:  # noqa: BLE001 - a batch that fails as a whole fails each of its runs
+        projections = [exc] * len(runs)
+    return [_scored(p, r, k) for p, r, k in zip(projections, runs, keys)]
+
+
+def _scored(proj: Any, run: RunConfig, key: str) -> TrialResult:
+    """The trial result of a projection, or of the exception the oracle raised instead."""
+    try:
+        if isinstance(proj, BaseException):
+            raise proj
         tps = proj.tokens_per_s_per_gpu
         mem = proj.memory
         peak, cap = float(mem.peak_bytes), float(mem.cap_bytes)

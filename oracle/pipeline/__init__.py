@@ -13,20 +13,20 @@ loop pays only for the simulation pass.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from oracle.errors import InvalidConfigError
 from oracle.pipeline.schedules import SCHEDULES, ScheduleSpec, get_schedule
 from oracle.pipeline.simulator import (CompiledOrder, compile_order, compile_order_arrays, lower_bound_s, run_compiled,
-                                       simulate)
+                                       run_compiled_many, simulate)
 from oracle.pipeline.types import (Layout, Op, PipelineResult, ScheduleDeadlockError, StageCosts, TimelineEntry,
                                    stage_map, virtual_stage)
 
 __all__ = [
     "Layout", "Op", "StageCosts", "PipelineResult", "TimelineEntry", "ScheduleDeadlockError", "SCHEDULES",
     "virtual_stage", "stage_map", "simulate", "lower_bound_s", "run_schedule", "compare_schedules",
-    "closed_form_bubble", "applicable_schedules", "get_schedule", "build_order", "quantized",
+    "closed_form_bubble", "applicable_schedules", "get_schedule", "build_order", "quantized", "run_schedule_many",
 ]
 
 
@@ -81,6 +81,19 @@ def run_schedule(name: str, pp: int, vpp: int, num_microbatches: int, costs: Sta
         approximate = True
         note = (note + "; " if note else "") + "order built from quantised costs (search mode), replayed with exact costs"
     return run_compiled(plan, costs, name=name, approximate=approximate, note=note, timeline=timeline)
+
+
+def run_schedule_many(name: str, pp: int, vpp: int, num_microbatches: int,
+                      costs_list: Sequence[StageCosts]) -> list[PipelineResult]:
+    """:func:`run_schedule` (``timeline=False``) of a fixed-order schedule for many cost sets: one compiled
+    plan, replayed for every configuration at once (``run_compiled_many``: bit-identical results).
+    Cost-aware schedules build an order per cost set: call :func:`run_schedule` for those."""
+    spec = get_schedule(name)
+    if spec.cost_aware:
+        raise InvalidConfigError(f"run_schedule_many: {name} builds its order from each cost set; use run_schedule")
+    spec.check(pp, vpp, num_microbatches)
+    plan, approximate, note = _plan(name, pp, vpp, num_microbatches, None)
+    return run_compiled_many(plan, costs_list, name=name, approximate=approximate, note=note)
 
 
 def _vpp_candidates(spec: ScheduleSpec, vpp_options: Iterable[int]) -> list[int]:

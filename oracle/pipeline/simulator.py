@@ -323,13 +323,12 @@ def _check_costs(plan: CompiledOrder, costs: StageCosts) -> None:
                                  f"pp={plan.pp}, vpp={plan.vpp}")
 
 
-def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom", approximate: bool = False,
-                 note: str = "", timeline: bool = True) -> PipelineResult:
-    """Simulate a compiled order with ``costs`` (the hot path of the oracle's search loop). ``timeline=False``
-    leaves the per-op start/end times out of the result (empty per rank): the projector reads only the
-    makespan, busy times and memory peaks, and the replay is quicker without them."""
+def _cost_vectors(plan: CompiledOrder, costs: StageCosts) -> tuple[list[list[float]], list[float], list[float]]:
+    """Per rank, its cost of each (kind, chunk) cost index; the flat cost table the replay indexes (sends a
+    blocking runtime holds the rank for added, 0.0 at index -1: nothing folded) and the boundary latencies
+    (0.0 at index -1: same rank / no dependency)."""
     _check_costs(plan, costs)
-    pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
+    pp, vpp = plan.pp, plan.vpp
     cost_vecs = [list(costs.f_s[r]) + list(costs.b_s[r]) + list(costs.w_s[r])
                  + [b + w for b, w in zip(costs.b_s[r], costs.w_s[r])] for r in range(pp)]
     if costs.p2p_blocking:
@@ -344,27 +343,125 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         lat = list(costs.boundary_p2p_s())
         lat.append(0.0)  # boundary -1: same rank / no dependency
     cost.append(0.0)  # cost index -1: nothing folded
-    if timeline:
-        fin = _replay_all(plan, cost, lat)
-    else:
-        fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
-        for key, prev, fold, d, b, ci in plan.chain:  # start: rank predecessor (+ a folded op), cross input + p2p
-            s = fin[prev] + cost[fold]
-            f = fin[d] + lat[b]
-            fin[key] = (f if f > s else s) + cost[ci]
-    makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
+    return cost_vecs, cost, lat
+
+
+def _replay_chain(plan: CompiledOrder, cost: list[float], lat: list[float]) -> list[float]:
+    """Finish time of every key the folded chain emits (the timed pass without a timeline)."""
+    fin = [0.0] * (plan.n_keys + 1)  # key -1: no dependency, "finished" at 0
+    for key, prev, fold, d, b, ci in plan.chain:  # start: rank predecessor (+ a folded op), cross input + p2p
+        s = fin[prev] + cost[fold]
+        f = fin[d] + lat[b]
+        fin[key] = (f if f > s else s) + cost[ci]
+    return fin
+
+
+def _result(plan: CompiledOrder, costs: StageCosts, cost_vecs: list[list[float]], makespan: float, *, name: str,
+            approximate: bool, note: str, times: dict[str, tuple[tuple[float, ...], ...]] | None) -> PipelineResult:
+    """The PipelineResult of a replay: busy times from the op counts, memory peaks from the order's tables."""
+    pp = plan.pp
     busy = tuple(sum(n * x for n, x in zip(plan.op_counts[r], cost_vecs[r])) for r in range(pp))
     act = np.asarray(costs.act_bytes, dtype=float)
-    frac = costs.b_release_fraction
-    live = plan.mem_alive - frac * plan.mem_b - (1.0 - frac) * plan.mem_w
-    per_sample = (live * act[plan.mem_row_rank]).sum(axis=1)
+    per_sample = (_live(plan, costs.b_release_fraction) * act[plan.mem_row_rank]).sum(axis=1)
     peaks = np.maximum.reduceat(per_sample, plan.mem_segments)
     return PipelineResult(
-        schedule=name, pp=pp, vpp=vpp, layout=plan.layout, num_microbatches=m, makespan_s=makespan,
-        busy_s=busy, bubble_s=tuple(makespan - b for b in busy),
+        schedule=name, pp=pp, vpp=plan.vpp, layout=plan.layout, num_microbatches=plan.num_microbatches,
+        makespan_s=makespan, busy_s=busy, bubble_s=tuple(makespan - b for b in busy),
         peak_activation_bytes=tuple(peaks.tolist()), peak_in_flight=plan.peak_in_flight,
-        order=plan.order, **(_timeline(plan, fin, lat) if timeline else {"start_s": ((),) * pp, "end_s": ((),) * pp}),
+        order=plan.order, **(times if times is not None else {"start_s": ((),) * pp, "end_s": ((),) * pp}),
         approximate=approximate, note=note)
+
+
+_LIVE: dict[tuple[int, float], tuple[CompiledOrder, np.ndarray]] = {}
+
+
+def _live(plan: CompiledOrder, frac: float) -> np.ndarray:
+    """Per memory sample and chunk, the micro-batches still holding activations when B frees ``frac`` of
+    them and W the rest (order-only: cached per compiled order and fraction)."""
+    hit = _LIVE.get((id(plan), frac))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    live = plan.mem_alive - frac * plan.mem_b - (1.0 - frac) * plan.mem_w
+    if len(_LIVE) > 1024:
+        _LIVE.clear()
+    _LIVE[(id(plan), frac)] = (plan, live)
+    return live
+
+
+def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom", approximate: bool = False,
+                 note: str = "", timeline: bool = True) -> PipelineResult:
+    """Simulate a compiled order with ``costs`` (the hot path of the oracle's search loop). ``timeline=False``
+    leaves the per-op start/end times out of the result (empty per rank): the projector reads only the
+    makespan, busy times and memory peaks, and the replay is quicker without them."""
+    cost_vecs, cost, lat = _cost_vectors(plan, costs)
+    fin = _replay_all(plan, cost, lat) if timeline else _replay_chain(plan, cost, lat)
+    makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
+    return _result(plan, costs, cost_vecs, makespan, name=name, approximate=approximate, note=note,
+                   times=_timeline(plan, fin, lat) if timeline else None)
+
+
+BATCH_REPLAY_MIN = 8
+"""Fewest configurations of one compiled order that :func:`run_compiled_many` replays together with numpy
+(level by level, every configuration at once); fewer go through the scalar chain one by one."""
+
+
+def run_compiled_many(plan: CompiledOrder, costs_list: Sequence[StageCosts], *, name: str = "custom",
+                      approximate: bool = False, note: str = "") -> list[PipelineResult]:
+    """:func:`run_compiled` (``timeline=False``) of many cost sets on one compiled order, with exactly the
+    same results: a batch replays the folded chain level by level with numpy, each level's steps for every
+    configuration at once, with the same float additions and comparisons as the scalar pass (a max of two
+    sums, plus a cost), so every finish time is bit-identical."""
+    prepared = [_cost_vectors(plan, c) for c in costs_list]
+    if len(prepared) >= BATCH_REPLAY_MIN:
+        spans = _replay_levels(plan, [p[1] for p in prepared], [p[2] for p in prepared])
+    else:
+        spans = [max(fin[k] + cost[fold] for k, fold in plan.tails)
+                 for fin, cost in ((_replay_chain(plan, p[1], p[2]), p[1]) for p in prepared)]
+    return [_result(plan, c, p[0], float(span), name=name, approximate=approximate, note=note, times=None)
+            for c, p, span in zip(costs_list, prepared, spans)]
+
+
+_LEVELS: dict[int, tuple[CompiledOrder, list[tuple[np.ndarray, ...]], np.ndarray]] = {}
+
+
+def _chain_levels(plan: CompiledOrder) -> tuple[list[tuple[np.ndarray, ...]], np.ndarray]:
+    """The folded chain grouped into levels (a step's level is one more than its inputs'), as index arrays
+    (key, prev, fold, dep, boundary, cost index) per level, and the tails as (key, fold) arrays; cached per
+    compiled order."""
+    hit = _LEVELS.get(id(plan))
+    if hit is not None and hit[0] is plan:
+        return hit[1], hit[2]
+    level = [0] * (plan.n_keys + 1)  # key -1 (the sentinel) at level 0; steps from level 1
+    step_level = []
+    for key, prev, _fold, d, _b, _ci in plan.chain:
+        lv = level[prev] if level[prev] > level[d] else level[d]
+        level[key] = lv + 1
+        step_level.append(lv + 1)
+    chain = np.asarray(plan.chain, dtype=np.intp).reshape(-1, 6)
+    order = np.argsort(np.asarray(step_level, dtype=np.intp), kind="stable")
+    bounds = np.flatnonzero(np.diff(np.asarray(step_level, dtype=np.intp)[order])) + 1
+    levels = [tuple(np.ascontiguousarray(part[:, j]) for j in range(6)) for part in np.split(chain[order], bounds)]
+    tails = np.asarray(plan.tails, dtype=np.intp).reshape(-1, 2)
+    if len(_LEVELS) > 256:
+        _LEVELS.clear()
+    _LEVELS[id(plan)] = (plan, levels, tails)
+    return levels, tails
+
+
+def _replay_levels(plan: CompiledOrder, costs: list[list[float]], lats: list[list[float]]) -> np.ndarray:
+    """Makespan of each configuration (``costs[i]``, ``lats[i]`` as :func:`_cost_vectors` gives them): the
+    chain's recurrence fin[key] = max(fin[prev] + cost[fold], fin[dep] + lat[b]) + cost[ci], one level at a
+    time over all configurations (rows of ``fin`` are keys, columns configurations; index -1 is the 0.0
+    sentinel row of each table, as in the scalar pass)."""
+    levels, tails = _chain_levels(plan)
+    cost = np.asarray(costs, dtype=float).T.copy()  # (cost index, configuration)
+    lat = np.asarray(lats, dtype=float).T.copy()
+    fin = np.zeros((plan.n_keys + 1, cost.shape[1]))
+    for key, prev, fold, d, b, ci in levels:
+        s = fin[prev] + cost[fold]
+        f = fin[d] + lat[b]
+        fin[key] = np.maximum(s, f) + cost[ci]
+    return (fin[tails[:, 0]] + cost[tails[:, 1]]).max(axis=0)
 
 
 def _replay_all(plan: CompiledOrder, cost: list[float], lat: list[float]) -> list[float]:
