@@ -28,6 +28,13 @@ def test_every_enumerated_point_is_legal_and_brute_force_agrees(tiny):
         assert check(sp.run_of(p)) == []
 
 
+def test_enumeration_answers_most_combinations_from_the_read_memo(tiny):
+    sp = tiny.space
+    assert sp.points  # enumerated (the brute-force test above checks the same points come out)
+    memo = sp._verdicts
+    assert memo.hits > memo.misses > 0  # combinations differing only in unread fields reuse a verdict
+
+
 def test_counts_for_mixtral_on_32_gpus_are_order_ten_to_the_four():
     sp = load_experiment("mixtral-8x22b-mi355x-4node").space
     s = sp.summary()
