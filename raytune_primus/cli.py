@@ -110,7 +110,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from oracle.validate import read_rows, summarize, validate_rows
     from raytune_primus.report import table
 
-    results = validate_rows(read_rows(args.csv), base_dir=Path(args.csv).parent)
+    results = validate_rows(read_rows(args.csv), base_dir=Path(args.csv).parent, jobs=args.jobs)
     agg = summarize(results)
     if args.plot:
         from raytune_primus.plots import validation_scatter
@@ -333,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "relative to the CSV's folder")
     va.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     va.add_argument("--plot", metavar="FILE.png", help="also plot projected against measured here")
+    va.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="processes to project the rows in (0: every core; default 1); same results")
     va.set_defaults(func=cmd_validate)
 
     hw = sub.add_parser("hardware", help="list or show hardware profiles, or calibrate one for this machine")

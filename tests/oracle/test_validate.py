@@ -113,6 +113,13 @@ def test_holdout_published_runs_not_fitted_to():
     assert max(abs(r.error) for r in res) <= 0.30, max(res, key=lambda r: abs(r.error)).id
 
 
+def test_jobs_split_the_rows_over_processes_with_the_same_results():
+    rows = read_rows(HOLDOUT)
+    one = [r.to_dict() for r in validate_rows(rows, base_dir=HOLDOUT.parent)]
+    assert [r.to_dict() for r in validate_rows(rows, base_dir=HOLDOUT.parent, jobs=2)] == one
+    assert [r.to_dict() for r in validate_rows(rows, base_dir=HOLDOUT.parent, jobs=0)] == one
+
+
 def test_relative_card_paths_resolve_against_the_csv_folder(tmp_path, monkeypatch):
     (tmp_path / "cards").mkdir()
     src = Path(__file__).resolve().parents[2] / "oracle" / "models" / "llama2-7b.yaml"
