@@ -1,28 +1,35 @@
 """Projections per second on one core (simulate mode), over random legal points of a search space.
 
-    python benchmarks/bench_projection.py [--n 400] [--seed 0]
+    python benchmarks/bench_projection.py [--n 400] [--seed 0] [--warm 1500] [--spaces mixtral,deepseek]
+                                          [--code ROOT] [--record FILE] [--reference FILE]
 
 Spaces: Mixtral 8x22B on 32 MI355X (the paper's Sec. 4.7 case) and DeepSeek V3 on 1,024 MI355X.
-Prints rates (projections/s) for full projections (memory + time) in search mode
-(``fast_schedules=True``, as searchers call it), split by whether the point uses a
-cost-aware schedule (ilp / V greedy), and memory-only pre-filter rates. Caches are cleared before
-each space so the rates include first-time layer pricing.
+Rates are projections per CPU second of this process (``time.process_time``: one core, and what other
+work on a shared machine takes from it is not counted), for
+
+- enumeration of the space's legal points (seconds);
+- the memory-only pre-filter (``OracleEvaluator.memory``, what a search's pre-filter runs);
+- full projections in search mode (``fast_schedules=True``, no memory tree) of fixed-order schedules:
+  cold (first points: pipeline plans compiled, layers priced), steady (new points after ``--warm`` others:
+  a long search), plans warm (the same points again);
+- cost-aware schedules (ilp / greedy V) in search mode;
+- batch scoring (``project_many``) of a sweep: ``--n`` consecutive points in space order, as the exhaustive
+  sweep and the branch-and-bound optimum score them, and of the steady sample.
+
+Each rate is printed with its ratio to the reference file (default ``benchmarks/bench_projection_reference.json``:
+the same benchmark run on the code before issue 27, ``--code`` pointing at that tree), where it holds one.
+``--code ROOT`` imports the oracle from another source tree (A/B runs); ``--record FILE`` writes the rates.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from oracle.config import RunConfig  # noqa: E402
-from oracle.memory import project_memory  # noqa: E402
-from oracle.projector import project  # noqa: E402
-from searchers.space import SearchSpace  # noqa: E402
-
+HERE = Path(__file__).resolve().parent
 SPACES = {
     "mixtral-8x22b / 32 x mi355x": {"model": "mixtral-8x22b", "cluster": {"hardware": "mi355x", "num_gpus": 32},
                                     "training": {"seq_len": 8192, "gbs": 512, "pp": 4, "vpp": 2, "ep": 8}},
@@ -32,15 +39,33 @@ SPACES = {
                                                  "decoder_last_pipeline_num_layers": 8}},
 }
 COST_AWARE = {"ilp", "zbv_greedy", "v_half", "v_min"}
+REFERENCE = HERE / "bench_projection_reference.json"
 
 
-def rate(fn, runs) -> tuple[str, int]:
-    t0 = time.perf_counter()
-    for r in runs:
-        fn(r)
-    dt = time.perf_counter() - t0
-    v = len(runs) / dt if dt else float("inf")
-    return (f"{v:8.1f} /s" if v < 10 else f"{v:8.0f} /s"), len(runs)
+def _rate(fn, items) -> float:
+    t0 = time.process_time()
+    for x in items:
+        fn(x)
+    dt = time.process_time() - t0
+    return len(items) / dt if dt else float("inf")
+
+
+def _batch_rate(fn, runs) -> float:
+    t0 = time.process_time()
+    fn(runs)
+    dt = time.process_time() - t0
+    return len(runs) / dt if dt else float("inf")
+
+
+def _show(label: str, value: float | None, ref: float | None, unit: str = "/s", n: int | None = None) -> None:
+    if value is None:
+        return
+    v = f"{value:10.1f} {unit}" if value < 10 else f"{value:10.0f} {unit}"
+    ratio = ""
+    if ref:
+        ratio = f"  x{value / ref:.2f} vs reference ({ref:,.1f})" if unit == "/s" else \
+            f"  x{ref / value:.2f} faster than reference ({ref:,.1f} s)"
+    print(f"   {label:58s}{v}{ratio}{'' if n is None else f'  (n={n})'}")
 
 
 def main() -> int:
@@ -50,12 +75,33 @@ def main() -> int:
     ap.add_argument("--warm", type=int, default=1500,
                     help="other random points projected (untimed) before the steady-state sample: a long search "
                          "has compiled the pipeline plan of every (schedule, pp, vpp, m) it meets (default 1500)")
+    ap.add_argument("--spaces", default="mixtral,deepseek", help="comma-separated prefixes of the spaces to run")
+    ap.add_argument("--code", default=str(HERE.parent), help="source tree to import the oracle from (A/B runs)")
+    ap.add_argument("--record", default=None, help="write the rates to this JSON file")
+    ap.add_argument("--reference", default=str(REFERENCE), help="rates to print ratios against")
     args = ap.parse_args()
+    sys.path.insert(0, args.code)
+    from oracle.config import RunConfig
+    from oracle.projector import project
+    from searchers.evaluator import OracleEvaluator
+    from searchers.space import SearchSpace
+    try:
+        from oracle.projector import project_many
+    except ImportError:  # a tree from before the batch API
+        project_many = None
+    ref_all = json.loads(Path(args.reference).read_text()) if Path(args.reference).exists() else {}
+    recorded: dict[str, dict[str, float]] = {}
+    ev = OracleEvaluator()
+    wanted = [w.strip() for w in args.spaces.split(",") if w.strip()]
     for name, spec in SPACES.items():
-        t0 = time.perf_counter()
+        if not any(name.startswith(w) for w in wanted):
+            continue
+        ref = ref_all.get(name, {})
+        rates: dict[str, float] = {}
+        t0 = time.process_time()
         space = SearchSpace(RunConfig.from_dict(spec))
         pts = space.points
-        enum_s = time.perf_counter() - t0
+        rates["enumerate_s"] = time.process_time() - t0
         rng = random.Random(args.seed)
         sample = [space.run_of(p) for p in rng.sample(pts, min(args.n, len(pts)))]
         plain = [r for r in sample if r.training.schedule not in COST_AWARE]
@@ -64,23 +110,49 @@ def main() -> int:
         warm = [space.run_of(p) for p in rng.sample(pts, min(args.warm, len(pts)))]
         warm = [r for r in warm if r.training.schedule not in COST_AWARE]
         aware = [r for r in sample if r.training.schedule in COST_AWARE][:20]
-        print(f"== {name}: {len(pts):,} legal points (enumerated in {enum_s:.2f} s); sample {len(sample)}")
-        r_mem, n_mem = rate(project_memory, sample)
-        print(f"   memory-only pre-filter        {r_mem}  (n={n_mem})")
-        r_fast, n_fast = rate(lambda r: project(r, fast_schedules=True, memory_tree=False), plain)
-        print(f"   full projection, fixed-order schedules, cold (first (pp,vpp,m) plans compiled)  {r_fast}  (n={n_fast})")
+        start = rng.randrange(max(1, len(pts) - args.n))
+        sweep = [space.run_of(p) for p in pts[start:start + args.n]]
+        sweep = [r for r in sweep if r.training.schedule not in COST_AWARE]
+        print(f"== {name}: {len(pts):,} legal points; sample {len(sample)} (CPU-time rates, one core)")
+        _show("enumeration of the legal points", rates["enumerate_s"], ref.get("enumerate_s"), unit="s")
+        rates["prefilter"] = _rate(ev.memory, sample)
+        _show("memory-only pre-filter (first points: new shapes)", rates["prefilter"], ref.get("prefilter"),
+              n=len(sample))
+        rates["prefilter_warm"] = _rate(ev.memory, fresh)
+        _show("memory-only pre-filter (other points, shapes known)", rates["prefilter_warm"],
+              ref.get("prefilter_warm"), n=len(fresh))
+
+        def one(r):
+            return project(r, fast_schedules=True, memory_tree=False)
+        rates["cold"] = _rate(one, plain)
+        _show("full, fixed-order schedules, cold (plans compiled)", rates["cold"], ref.get("cold"), n=len(plain))
         if aware:
-            r_aw, n_aw = rate(lambda r: project(r, fast_schedules=True, memory_tree=False), aware)
-            print(f"   full projection, cost-aware schedules (ilp/greedy V), search mode  {r_aw}  (n={n_aw})")
+            rates["cost_aware"] = _rate(one, aware)
+            _show("full, cost-aware schedules (ilp/greedy V)", rates["cost_aware"], ref.get("cost_aware"),
+                  n=len(aware))
         for r in warm:
-            project(r, fast_schedules=True, memory_tree=False)
-        r_rep, n_rep = rate(lambda r: project(r, fast_schedules=True, memory_tree=False), fresh)
-        print(f"   full projection, new points after {len(warm):,} others (steady state of a long search)  {r_rep}  "
-              f"(n={n_rep})")
-        # the same points again: every (schedule, pp, vpp, m) pipeline plan is compiled now, so this is the
-        # per-projection cost alone (layer pricing, comm, memory, the compiled-order simulation)
-        r_warm, n_warm = rate(lambda r: project(r, fast_schedules=True, memory_tree=False), fresh)
-        print(f"   full projection, pipeline plans warm (per-projection cost)    {r_warm}  (n={n_warm})")
+            one(r)
+        rates["steady"] = _rate(one, fresh)
+        _show(f"full, new points after {len(warm):,} others (steady)", rates["steady"], ref.get("steady"),
+              n=len(fresh))
+        rates["plans_warm"] = _rate(one, fresh)
+        _show("full, the same points again (plans warm)", rates["plans_warm"], ref.get("plans_warm"), n=len(fresh))
+        if project_many is not None:
+            def many(rs):
+                return project_many(rs, fast_schedules=True, memory_tree=False)
+            rates["batch_sweep"] = _batch_rate(many, sweep)
+            _show("batch (project_many), consecutive points of a sweep", rates["batch_sweep"],
+                  ref.get("batch_sweep"), n=len(sweep))
+            rates["batch_steady"] = _batch_rate(many, fresh)
+            _show("batch (project_many), the steady sample", rates["batch_steady"], ref.get("batch_steady"),
+                  n=len(fresh))
+        else:
+            rates["batch_sweep"] = _rate(one, sweep)
+            _show("one by one, consecutive points of a sweep", rates["batch_sweep"], ref.get("batch_sweep"),
+                  n=len(sweep))
+        recorded[name] = rates
+    if args.record:
+        Path(args.record).write_text(json.dumps(recorded, indent=1) + "\n")
     return 0
 
 

@@ -37,7 +37,7 @@ from oracle.config import RunConfig
 from oracle.projector import LayerTimeSource
 from raytune_primus.trainable import build_run, result_to_dict
 from searchers.base import TrialResult
-from searchers.evaluator import memory_result, score_result
+from searchers.evaluator import memory_result, score_result, score_results
 
 
 def _where() -> dict[str, Any]:
@@ -89,8 +89,22 @@ class Scorer:
         return result_to_dict(score_result(self.evaluator, run, key))
 
     def score_batch(self, batch: Sequence[Mapping[str, Any]], prefilter: bool = False) -> list[dict[str, Any]]:
-        """Result dicts of a batch, in order (one actor call per batch amortises Ray's overhead)."""
-        return [self.score(v, prefilter=prefilter) for v in batch]
+        """Result dicts of a batch, in order (one actor call per batch amortises Ray's overhead); the candidates
+        that reach scoring are scored together (``score_results``: the oracle's ``project_many``); a subclass
+        with its own :meth:`score` (device scorers) scores one by one."""
+        if type(self).score is not Scorer.score:
+            return [self.score(v, prefilter=prefilter) for v in batch]
+        out: list[dict[str, Any] | None] = []
+        todo: list[tuple[int, RunConfig, str]] = []
+        for v in batch:
+            run, key, done = self._prepare(v, prefilter)
+            if done is None:
+                assert run is not None
+                todo.append((len(out), run, key))
+            out.append(done)
+        for (i, _, _), res in zip(todo, score_results(self.evaluator, [t[1] for t in todo], [t[2] for t in todo])):
+            out[i] = result_to_dict(res)
+        return out  # type: ignore[return-value]
 
     def memory_batch(self, batch: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
         """Pre-filter verdicts of a batch: None where the candidate fits, else its result dict."""
