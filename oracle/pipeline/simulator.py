@@ -403,6 +403,10 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
 BATCH_REPLAY_MIN = 8
 """Fewest configurations of one compiled order that :func:`run_compiled_many` replays together with numpy
 (level by level, every configuration at once); fewer go through the scalar chain one by one."""
+BATCH_REPLAY_WORK = 64
+"""... and configurations x ranks at least this: a level holds about one step per rank, and one numpy level
+(~15 us for a few configurations) costs as much as ~80 scalar steps, so narrow pipelines need more
+configurations before the batch pays (pp=2: 32, pp=8: 8)."""
 
 
 def run_compiled_many(plan: CompiledOrder, costs_list: Sequence[StageCosts], *, name: str = "custom",
@@ -412,7 +416,7 @@ def run_compiled_many(plan: CompiledOrder, costs_list: Sequence[StageCosts], *, 
     configuration at once, with the same float additions and comparisons as the scalar pass (a max of two
     sums, plus a cost), so every finish time is bit-identical."""
     prepared = [_cost_vectors(plan, c) for c in costs_list]
-    if len(prepared) >= BATCH_REPLAY_MIN:
+    if len(prepared) >= BATCH_REPLAY_MIN and len(prepared) * plan.pp >= BATCH_REPLAY_WORK:
         spans = _replay_levels(plan, [p[1] for p in prepared], [p[2] for p in prepared])
     else:
         spans = [max(fin[k] + cost[fold] for k, fold in plan.tails)

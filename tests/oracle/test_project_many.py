@@ -12,7 +12,7 @@ from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.pipeline import _plan, run_compiled, run_schedule_many
 from oracle.pipeline.schedules import SCHEDULES
-from oracle.pipeline.simulator import BATCH_REPLAY_MIN, run_compiled_many
+from oracle.pipeline.simulator import BATCH_REPLAY_MIN, BATCH_REPLAY_WORK, run_compiled_many
 from oracle.projector import project, project_many
 from searchers.space import SearchSpace
 from tests.oracle.test_pipeline_properties import costs_st
@@ -30,7 +30,8 @@ def batch_st(draw):
     vpp = VPP.get(spec.vpp_rule) or draw(st.integers(2, 3))
     least = spec.min_microbatches(pp, vpp) if spec.min_microbatches else 1
     m = draw(st.integers(least, least + 2 * pp))
-    n = draw(st.integers(BATCH_REPLAY_MIN, BATCH_REPLAY_MIN + 6))
+    least_n = max(BATCH_REPLAY_MIN, -(-BATCH_REPLAY_WORK // pp))  # a batch the numpy replay takes
+    n = draw(st.integers(least_n, least_n + 6))
     return name, pp, vpp, m, [draw(costs_st(pp, vpp)) for _ in range(n)]
 
 
