@@ -14,10 +14,11 @@ expert, is why such models reach a fraction of their FLOP-rate projection (docs/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from oracle.activations import op_sac_plan, replayed_ops
+from oracle.comm.collectives import FLEX_BACKENDS
 from oracle.cuda_graphs import GRAPH_REPLAY_HOST_OPS, captured_blocks, replays_per_layer
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
@@ -96,8 +97,8 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
         w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, g, fz, op.wgrad_c_bytes) if op.has_wgrad else 0.0
         return f, b, w
     if op.kind == ATTENTION:
-        return (attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v),
-                attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v, backward=True), 0.0)
+        return tuple(attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v, bwd, op.seq, op.window,
+                                      op.dtype) for bwd in (False, True)) + (0.0,)
     # memory-bound: backward ~2x (read grad + saved input, write grad)
     return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
 
@@ -136,6 +137,9 @@ class _OpSums:
     moe_f: float
     """The MoE block's own forward compute: router and post-sync routed-expert ops (what DeepEP overlaps)."""
     moe_bw: float
+    shared_f: float
+    """The shared experts' forward (what moe_shared_expert_overlap runs beside the all-to-all)."""
+    shared_bw: float
     seg_dev: tuple[float, float]
     """Device seconds per forward segment (before / after the dispatcher's sync), without communication."""
     seg_host: tuple[float, float]
@@ -165,6 +169,7 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
     mg = [p for p in gemm if p[0].name.startswith(mlp_prefix)]
     attention = next((p for p in priced if p[0].kind == ATTENTION), None)
     moe_f = moe_bw = 0.0
+    shared = [p for p in priced if p[0].name.startswith("shared_")]
     if kind == "moe":
         post = [p for p in priced if p[0].segment == POST_SYNC and not p[0].name.startswith("shared_")]
         moe_f = sum(p[1] for p in priced if p[0].name in ("router", "router_topk")) + sum(p[1] for p in post)
@@ -186,8 +191,20 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
         replay_f = sum(p[1] * share for p, (_, share) in zip(priced, op_sac_plan(ops)))
     return _OpSums(priced=priced, f=f, b=b, w=w, attn_f=attn_f, ag_f=ag_f, ag_b=ag_b, has_mlp_gemms=bool(mg),
                    mlp_f=sum(p[1] for p in mg), mlp_b=sum(p[2] + p[3] for p in mg), attention=attention,
-                   moe_f=moe_f, moe_bw=moe_bw, seg_dev=(seg_dev[0], seg_dev[1]), seg_host=(seg_host[0], seg_host[1]),
+                   moe_f=moe_f, moe_bw=moe_bw, shared_f=sum(p[1] for p in shared),
+                   shared_bw=sum(p[2] + p[3] for p in shared), seg_dev=(seg_dev[0], seg_dev[1]), seg_host=(seg_host[0], seg_host[1]),
                    host_b=host_b, replay_f=replay_f)
+
+
+def _run_ahead_idle(host_f: float, dev_f: float, host_b: float, dev_b: float) -> tuple[float, float]:
+    """(forward, backward) device idle of a layer whose host issue runs ahead of the device across both passes:
+    the total is max(0, host - device) over the two; it is split by each pass's own host excess."""
+    total = max(0.0, host_f + host_b - dev_f - dev_b)
+    if total <= 0.0:
+        return 0.0, 0.0
+    ef, eb = max(0.0, host_f - dev_f), max(0.0, host_b - dev_b)
+    share = ef / (ef + eb) if ef + eb > 0 else 0.5
+    return total * share, total * (1.0 - share)
 
 
 class LayerModel:
@@ -203,6 +220,7 @@ class LayerModel:
         self.T = self.shapes.T
         self.T_sp = self.shapes.T_sp
         self._cache: dict[tuple, LayerCost] = {}
+        self._bf16: LayerModel | None = None
 
     # ------------------------------------------------------------------ pricing one op
     def price(self, op: Op) -> tuple[float, float, float]:
@@ -273,38 +291,59 @@ class LayerModel:
         warm = 1.0 if t.pp == 1 else (t.pp - 1) + (t.vpp - 1) * t.pp
         return min(1.0, warm / (mb * t.vpp))
 
+    def a2a_sm_share(self) -> float:
+        """Share of the compute units the all-to-all kernels hold while they run beside another micro-batch's
+        compute: the flex dispatcher's configured SMs (``moe_flex_dispatcher_num_sms``, default 20) out of the
+        part's; NCCL's all-to-all the DeepSeek-V3 report's 20 of 132 H800 SMs (A2A_OVERLAP_SM_SHARE)."""
+        t = self.t
+        if t.moe_a2a_backend in FLEX_BACKENDS:
+            return min(1.0, t.flex_sms / self.hw.num_compute_units)
+        return A2A_OVERLAP_SM_SHARE
+
     def overlapped_a2a_s(self, a2a_s: float, cover_s: float) -> float:
         """Exposed seconds of one direction's dispatch+combine when it overlaps ``cover_s`` of another
         micro-batch's compute of the same layer: the part the cover cannot hide, plus the slowdown of
-        the hidden part's compute (A2A_OVERLAP_SM_SHARE); lone chunks expose it all."""
+        the hidden part's compute (the SMs the communication kernels hold, ``a2a_sm_share``); lone
+        chunks expose it all. Never more than the all-to-all itself, and it hides at most ``cover_s``."""
         hidden = min(a2a_s, cover_s)
-        steady = a2a_s - hidden + A2A_OVERLAP_SM_SHARE * hidden
+        steady = a2a_s - hidden + self.a2a_sm_share() * hidden
         u = self._lone_fraction()
         return u * a2a_s + (1.0 - u) * steady
 
-    def _moe_comm(self, compute_f: float, compute_bw: float, pairs: float,
-                  layer_f: float = 0.0, layer_bw: float = 0.0) -> dict[str, CommPart]:
+    def _moe_comm(self, compute_f: float, compute_bw: float, pairs: float, layer_f: float = 0.0,
+                  layer_b: float = 0.0, layer_w: float = 0.0, shared_f: float = 0.0,
+                  shared_bw: float = 0.0) -> dict[str, CommPart]:
         """EP (and ETP) traffic of a MoE layer. ``compute_f``/``compute_bw``: the MoE block's own compute
-        (what DeepEP overlaps inside the layer); ``layer_f``/``layer_bw``: the whole layer's forward and
-        backward (B + W) compute, what ``moe_a2a_overlap`` hides the other direction's all-to-all behind."""
+        (what DeepEP overlaps inside the layer); ``layer_f``, ``layer_b``, ``layer_w``: the whole layer's forward,
+        input-gradient and weight-gradient compute, what ``moe_a2a_overlap`` hides the other direction's
+        all-to-all behind (the weight gradients only with ``delay_wgrad_compute``, which defers them to run
+        beside the backward's all-to-all); ``shared_f``/``shared_bw``: the shared experts, which
+        ``moe_shared_expert_overlap`` runs on a side stream while the dispatch and combine are in flight."""
         m, t, H = self.m, self.t, self.m.hidden_size
         comm: dict[str, CommPart] = {}
         if t.ep > 1:
-            deepep = t.moe_a2a_backend == "deepep"
-            disp_elem = 1 if (deepep and self.dtype != "bf16") else BF16  # DeepEP dispatches fp8 under low precision
+            backend = t.moe_a2a_backend
+            flex = backend in FLEX_BACKENDS
+            # DeepEP dispatches fp8 under low precision; HybridEP dispatches bf16 (Megatron-Core fused_a2a:
+            # "HybridEP dispatcher does not support fp8 dispatch now")
+            disp_elem = 1 if (backend == "deepep" and self.dtype != "bf16") else BF16
             # the busiest rank's pairs (drop-and-pad sends the padded capacity buffers)
             per_rank = self.T_sp * m.moe_topk * H * t.moe_load
-            kw = {"backend": t.moe_a2a_backend, "topk": m.moe_topk} if deepep else {}
+            kw = {"backend": backend, "topk": m.moe_topk} if flex else {}
             d = self._coll("all_to_all", "ep", disp_elem * per_rank, **kw)
             c = self._coll("all_to_all", "ep", BF16 * per_rank, **kw)
             a2a = d.time_s + c.time_s
             f_exp = b_exp = a2a
-            if t.moe_a2a_overlap:  # forward a2a under another micro-batch's backward, and vice versa
-                f_exp = self.overlapped_a2a_s(a2a, layer_bw)
-                b_exp = self.overlapped_a2a_s(a2a, layer_f)
-            elif deepep:
+            if backend == "deepep":  # DeepEP's async kernels (paper App. B.3)
                 f_exp = a2a - min(DEEPEP_OVERLAP * a2a, compute_f)
                 b_exp = a2a - min(DEEPEP_OVERLAP * a2a, compute_bw)
+            if t.moe_shared_expert_overlap:  # shared experts on a side stream beside dispatch + combine
+                f_exp = max(0.0, f_exp - shared_f)
+                b_exp = max(0.0, b_exp - shared_bw)
+            if t.moe_a2a_overlap:  # forward a2a under another micro-batch's backward, and vice versa
+                cover_bw = layer_b + (layer_w if t.delay_wgrad_compute else 0.0)
+                f_exp = min(f_exp, self.overlapped_a2a_s(a2a, cover_bw))
+                b_exp = min(b_exp, self.overlapped_a2a_s(a2a, layer_f))
             comm["ep_a2a"] = CommPart(a2a, f_exp, a2a, b_exp, d.algorithm)
         if t.etp > 1:
             eg = self._coll("all_gather", "etp", BF16 * pairs / t.etp * H * t.etp)
@@ -314,6 +353,16 @@ class LayerModel:
         return comm
 
     # ------------------------------------------------------------------ layers
+    def layer_bf16(self, kind: str, window: int | None = None) -> LayerCost:
+        """A decoder layer kept in BF16 under an FP8/FP4 recipe (``first_last_layers_bf16``): its GEMMs and
+        attention in BF16, no quantise casts; the rest of the run as configured."""
+        if self._bf16 is None:
+            other = LayerModel(self.L, self.comm)
+            other.shapes = replace(self.shapes, dtype="bf16", attention_dtype="bf16")
+            other.dtype = "bf16"
+            self._bf16 = other
+        return self._bf16.layer(kind, window)
+
     def ops(self, kind: str, window: int | None = None) -> list[Op]:
         """The op graph of one decoder layer on this rank."""
         return layer_ops(self.m, self.shapes, kind, window)  # cached per shape by oracle.opgraph
@@ -336,7 +385,8 @@ class LayerModel:
             o = _op_sums(*args)
         except TypeError:  # an unhashable card: priced uncached
             o = _op_sums.__wrapped__(*args)
-        f, b, w = o.f, o.b, o.w
+        f, b = o.f, o.b
+        w = o.w + self.grad_accumulate_s([p[0] for p in o.priced])  # 0 unless unfused accumulation
         # TP traffic: one column-parallel in / row-parallel out pair for attention, one for a dense MLP
         # or the shared experts; each pair's comm overlaps the GEMMs of its block
         tp_bytes = BF16 * self.T * m.hidden_size
@@ -350,7 +400,8 @@ class LayerModel:
             att = o.attention
             comm["cp"] = self._cp_comm(att[1], att[2], att[0].d_qk, att[0].d_v)
         if kind == "moe":
-            comm.update(self._moe_comm(o.moe_f, o.moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_bw=b + w))
+            comm.update(self._moe_comm(o.moe_f, o.moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_b=b, layer_w=w,
+                                       shared_f=o.shared_f, shared_bw=o.shared_bw))
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
         # host-bound stretches: per forward segment (the dispatcher sync stops the host running ahead)
         # max(device, host); backward has no sync, one stretch. The idle is the excess over the device.
@@ -358,8 +409,14 @@ class LayerModel:
         b_exposed_comm = sum(c.b_exposed_s for c in comm.values())
         seg_dev = list(o.seg_dev)
         seg_dev[1 if synced else 0] += f_exposed_comm
-        idle_f = sum(max(0.0, h - d) for h, d in zip(o.seg_host, seg_dev))
-        idle_b = max(0.0, o.host_b - (b + w + b_exposed_comm))
+        if synced:  # the host cannot run ahead of a device-to-host sync: each stretch is max(host, device)
+            idle_f = sum(max(0.0, h - d) for h, d in zip(o.seg_host, seg_dev))
+            idle_b = max(0.0, o.host_b - (b + w + b_exposed_comm))
+        else:
+            # no sync: the host issues ahead of the device across the forward and the backward (CUDA's launch
+            # queue), so the pass is host-bound only where the host's total outlasts the device's; the idle
+            # lands where the host is the slower side (``_run_ahead_idle``)
+            idle_f, idle_b = _run_ahead_idle(sum(o.seg_host), sum(seg_dev), o.host_b, b + w + b_exposed_comm)
         # one device-to-host sync per MoE forward (token counts -> all-to-all splits, grouped-GEMM
         # sizes); the backward reuses the host-side counts (docs/calibration.md, "MoE sync stall")
         stall = self.hw.efficiency.moe_sync_stall_s if synced else 0.0
@@ -370,12 +427,23 @@ class LayerModel:
         self._cache[key] = cost
         return cost
 
+    def grad_accumulate_s(self, ops: list[Op]) -> float:
+        """Without gradient-accumulation fusion (Megatron-Core ``gradient_accumulation_fusion=false``) every
+        weight gradient is written in bf16 by its wgrad GEMM (Op.wgrad_c_bytes) and then added into the
+        main-gradient buffer by a kernel of its own: read the bf16 gradient, read and write the buffer."""
+        t = self.t
+        if t.gradient_accumulation_fusion or t.framework != "megatron":
+            return 0.0
+        per = BF16 + 2 * (FP32 if t.grad_reduce_in_fp32 else BF16)
+        return sum(memory_bound_time_s(self.hw, op.groups * op.k * op.n * per, op.groups)
+                   for op in ops if op.kind == GEMM and op.has_wgrad)
+
     def _dev(self, ops: list[Op]) -> tuple[float, float, float]:
         f = b = w = 0.0
         for op in ops:
             a, bb, c = self.price(op)
             f, b, w = f + a, b + bb, w + c
-        return f, b, w
+        return f, b, w + self.grad_accumulate_s(ops)
 
     def embedding(self) -> tuple[float, float]:
         """Embedding lookup forward (gather + write) and backward (scatter-add into fp32 grad)."""

@@ -94,8 +94,87 @@ class TrainingConfig:
     distributed optimizer."""
     sequence_parallel: bool | Literal["auto"] = "auto"
     """Megatron sequence parallelism; auto = on when tp > 1."""
-    moe_a2a_backend: Literal["alltoall", "deepep"] = "alltoall"
-    """MoE token dispatcher."""
+    moe_a2a_backend: Literal["alltoall", "deepep", "hybridep"] = "alltoall"
+    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all dispatcher over NCCL/RCCL: every top-k copy
+    crosses the links), deepep (the flex dispatcher with DeepEP: one copy per destination node over RDMA, one
+    per destination GPU over NVLink inside an 8-GPU node) or hybridep (the flex dispatcher with HybridEP: the
+    same deduplication with the whole NVLink domain, e.g. an NVL72 rack, as the inner level;
+    docs/comm.md "Flex dispatcher")."""
+    moe_flex_dispatcher_num_sms: int | None = None
+    """SMs the flex dispatcher's dispatch/combine kernels occupy while they run (Megatron-Core
+    ``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms`` / ``moe_hybridep_num_sms``): what
+    overlapped compute loses meanwhile. None = the backend's default, 20 (DeepEP's historical default per
+    Megatron-Core's docstring; HybridEP's is taken as the same)."""
+    moe_expert_rank_capacity_factor: float | None = None
+    """HybridEP's static per-rank token budget (Megatron-Core ``moe_expert_rank_capacity_factor``): each
+    expert-parallel rank receives at most this factor x its mean share of (token, expert) pairs, into
+    buffers sized once, so the dispatcher reads no token counts on the host (no device-to-host sync: the
+    MoE block can be captured in a CUDA graph). Pairs above the budget are dropped (none under balanced
+    routing). Needs moe_a2a_backend=hybridep."""
+    moe_paged_stash: bool = False
+    """Routed-expert activations saved for backward go to a paged stash sized from the mean load
+    (Megatron-Core ``moe_paged_stash``; needs moe_expert_rank_capacity_factor) instead of tensors sized by
+    the static budget: memory x ``moe_paged_stash_buffer_factor`` of the balanced size."""
+    moe_paged_stash_buffer_factor: float = 1.10
+    """Size of the paged stash's device buffer over the balanced expert activations (Megatron-Core
+    ``moe_paged_stash_buffer_size_factor_cuda``, default 1.10)."""
+    moe_shared_expert_overlap: bool = False
+    """The shared experts run on a side stream while the dispatch and combine all-to-alls are in flight
+    (Megatron-Core ``moe_shared_expert_overlap``): their compute hides that much of the all-to-all."""
+    delay_wgrad_compute: bool = False
+    """The expert MLP's weight-gradient GEMMs are deferred (Megatron-Core ``delay_wgrad_compute``), so under
+    ``moe_a2a_overlap`` the backward's all-to-all overlaps them too (without it only the dgrad covers it)."""
+    moe_router_fusion: bool = False
+    """Router score function, top-k and aux-loss statistics in fused kernels (Megatron-Core
+    ``moe_router_fusion``) instead of PyTorch's sequence of small ops."""
+    fused_grouped_mlp: bool = False
+    """The routed experts' MLP (FC1, activation x routing probability, quantise, FC2) as one fused grouped
+    kernel over every local expert with device-side token counts (Transformer Engine's op fuser with the
+    CuTe DSL grouped MLP: Megatron-Bridge ``cutedsl_fused_grouped_mlp`` / ``use_transformer_engine_op_fuser``).
+    Removes the activation's and casts' HBM round trips and the per-expert launch loop."""
+    fp8_dot_product_attention: bool = False
+    """The attention core (QK^T and PV) runs in FP8 (Transformer Engine FP8 fused attention, Megatron-Core
+    ``fp8_dot_product_attention``): the tensor-core work at the FP8 rate; the softmax exponentials stay
+    one per score, so the gain is capped by the part's special-function rate. Needs precision=fp8."""
+    fp8_output_proj: bool = False
+    """The output layer's logits GEMM (LM head) runs in MXFP8 instead of BF16 (Megatron-Core
+    ``fp8_output_proj``; only with fp8_recipe=mxfp8)."""
+    first_last_layers_bf16: bool = False
+    """Keep the first ``num_layers_at_start_in_bf16`` and last ``num_layers_at_end_in_bf16`` decoder layers'
+    GEMMs in BF16 under an FP8/FP4 recipe (Megatron-Core ``first_last_layers_bf16``)."""
+    num_layers_at_start_in_bf16: int = 1
+    """Decoder layers at the start kept in BF16 with first_last_layers_bf16 (Megatron-Core default 1)."""
+    num_layers_at_end_in_bf16: int = 1
+    """Decoder layers at the end kept in BF16 with first_last_layers_bf16 (Megatron-Core default 1)."""
+    gradient_accumulation_fusion: bool = True
+    """Weight-gradient GEMMs accumulate into the main-gradient buffer in their epilogue (Megatron-Core
+    ``gradient_accumulation_fusion``, TE ``fuse_wgrad_accumulation``); false = write a bf16 gradient, then
+    an add kernel reads it and the buffer and writes the buffer."""
+    cpu_offloading: bool = False
+    """Offload the saved activations (and with ``cpu_offloading_weights`` the weights) of
+    ``cpu_offloading_num_layers`` decoder layers per pipeline stage to host memory between forward and
+    backward (Megatron-Core ``cpu_offloading``); the copies run over the host link beside compute."""
+    cpu_offloading_num_layers: int = 0
+    """Decoder layers per pipeline stage whose activations are offloaded (Megatron-Core
+    ``cpu_offloading_num_layers``)."""
+    cpu_offloading_weights: bool = False
+    """Also offload those layers' weights (Megatron-Core ``cpu_offloading_weights``)."""
+    use_megatron_fsdp: bool = False
+    """Megatron-FSDP (Megatron-Core ``use_megatron_fsdp`` with ``data_parallel_sharding_strategy=
+    optim_grads_params``) as the ``fsdp`` implementation instead of PyTorch FSDP2: parameters, gradients and
+    optimizer state sharded over the data-parallel group; needs fsdp=true."""
+    fsdp_double_buffer: bool = False
+    """Megatron-FSDP gathers each unit into one of two persistent buffers (Megatron-Core ``fsdp_double_buffer``):
+    two units' unsharded weights are resident at all times."""
+    optimizer: Literal["adam", "muon"] = "adam"
+    """The optimizer: adam (AdamW; fp32 master, m, v) or muon (Muon-type: momentum + Newton-Schulz
+    orthogonalisation of each 2-D weight's update, a few GEMM iterations per matrix on the rank that owns
+    it after gathering the matrix; fp32 master + momentum; 1-D parameters and embeddings use AdamW)."""
+    muon_ns_steps: int = 5
+    """Newton-Schulz iterations per Muon update (Jordan et al. 2024 / Moonlight: 5)."""
+    mtp_num_layers: int | None = None
+    """Multi-token-prediction modules trained (Megatron-Core ``mtp_num_layers``); None = the model card's
+    ``mtp_layers``. 0 trains the card without its MTP modules."""
     moe_sync_free: bool = False
     """MoE layers run without device-to-host synchronisation (Primus-Turbo's sync-free MoE, which
     needs DeepEP). Off, every MoE-layer forward waits for the host once (the dispatcher reads the
@@ -184,10 +263,37 @@ class TrainingConfig:
         return cf if self.moe_pad_expert_input_to_capacity else min(self.moe_imbalance, cf)
 
     @property
+    def moe_buffer_load(self) -> float:
+        """What the routed experts' saved activations are sized for, over the balanced share: the paged stash's
+        buffer factor, else HybridEP's static budget (the permuted tensors hold the budget's rows whatever the
+        routing: Megatron-Core HybridEPDispatcher ``num_permuted_tokens``), else the load itself (moe_load)."""
+        if self.moe_paged_stash:
+            return self.moe_paged_stash_buffer_factor
+        if self.moe_a2a_backend == "hybridep" and self.moe_expert_rank_capacity_factor is not None:
+            return max(self.moe_expert_rank_capacity_factor, self.moe_load)
+        return self.moe_load
+
+    @property
+    def moe_static_dispatch(self) -> bool:
+        """HybridEP with a static per-rank budget and experts that read their token counts on the device (the
+        fused grouped MLP): no host sync anywhere in the MoE block (Megatron-Core HybridEPDispatcher with
+        ``num_permuted_tokens`` set; TEGroupedMLP's unfused path calls ``tokens_per_expert.tolist()``)."""
+        return (self.moe_a2a_backend == "hybridep" and self.moe_expert_rank_capacity_factor is not None
+                and self.fused_grouped_mlp)
+
+    @property
     def moe_host_sync(self) -> bool:
         """Each MoE-layer forward waits once on the host for the per-expert token counts (Megatron-Core
-        MoEAlltoAllTokenDispatcher): not with drop-and-pad (static splits) nor sync-free MoE."""
-        return not (self.moe_sync_free or self.moe_pad_expert_input_to_capacity)
+        MoEAlltoAllTokenDispatcher, the flex dispatcher without a static budget, TEGroupedMLP's unfused
+        split sizes): not with drop-and-pad (static splits), sync-free MoE, or a static HybridEP budget
+        feeding the fused grouped MLP (``moe_static_dispatch``)."""
+        return not (self.moe_sync_free or self.moe_pad_expert_input_to_capacity or self.moe_static_dispatch)
+
+    @property
+    def flex_sms(self) -> int:
+        """SMs the flex dispatcher's kernels hold while they run (``moe_flex_dispatcher_num_sms`` or the
+        backends' default 20)."""
+        return self.moe_flex_dispatcher_num_sms if self.moe_flex_dispatcher_num_sms is not None else 20
 
     @property
     def sp(self) -> bool:
@@ -282,6 +388,13 @@ class RunConfig:
     """How the model was named in the input (card name or path)."""
     hardware_ref: str = ""
     """How the hardware was named in the input."""
+
+    def __post_init__(self) -> None:
+        # training.mtp_num_layers overrides the card's MTP modules (Megatron-Core --mtp-num-layers): the card
+        # every projection reads is the one trained
+        n = self.training.mtp_num_layers
+        if n is not None and n >= 0 and n != self.model.mtp_layers:
+            object.__setattr__(self, "model", self.model.replace(mtp_layers=n))
 
     # ------------------------------------------------------------------ parsing
     @classmethod

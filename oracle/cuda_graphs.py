@@ -35,9 +35,10 @@ from oracle.opgraph import ATTN, EXPERTS, MLP, ROUTER
 if TYPE_CHECKING:
     from oracle.config import TrainingConfig
 
-CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
 """Megatron-Core ``--cuda-graph-impl``: none; local = Megatron-Core's own CudaGraphManager; transformer_engine =
-Transformer Engine's make_graphed_callables."""
+Transformer Engine's make_graphed_callables; full_iteration = one graph for the whole forward/backward of an
+iteration (Megatron-Core 0.16+ spelling of local + scope full_iteration, which older releases use)."""
 CudaGraphScope = Literal["full", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 """A Megatron-Core ``--cuda-graph-scope`` value (``full``: the whole layer, also what an empty list means)."""
 CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
@@ -62,8 +63,9 @@ def scopes(t: TrainingConfig) -> frozenset[str]:
 
 
 def full_iteration(t: TrainingConfig) -> bool:
-    """The whole forward/backward of an iteration is one graph."""
-    return t.cuda_graph_impl != "none" and "full_iteration" in scopes(t)
+    """The whole forward/backward of an iteration is one graph (impl full_iteration, or local with scope
+    full_iteration)."""
+    return t.cuda_graph_impl == "full_iteration" or (t.cuda_graph_impl != "none" and "full_iteration" in scopes(t))
 
 
 def layer_regions(t: TrainingConfig, kind: str) -> tuple[frozenset[str], ...]:
@@ -73,7 +75,7 @@ def layer_regions(t: TrainingConfig, kind: str) -> tuple[frozenset[str], ...]:
     if t.cuda_graph_impl == "none":
         return ()
     sc = scopes(t)
-    if sc & {"full", "full_iteration"}:
+    if full_iteration(t) or "full" in sc:
         return (_WHOLE[kind],)
     regions = []
     if "attn" in sc:

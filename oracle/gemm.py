@@ -15,6 +15,12 @@ from oracle.hardware import HardwareProfile
 # largest tile. Smaller tiles re-read operands more often per FLOP (arithmetic intensity ~ tm*tn/(tm+tn));
 # engineering estimate from CUTLASS/hipBLASLt tile sweeps: 128x128 loses ~10%, 64x128 ~25%.
 TILES: tuple[tuple[int, int, float], ...] = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9), (64, 128, 0.75))
+# K-step of a tile's main loop: 128 bytes of each operand row per stage (CUTLASS SM90/SM100 default collective
+# tiles: 64 x 16-bit, 128 x 8-bit, 256 x 4-bit elements); a reduction length that is not a whole number of steps
+# still runs the last step whole (its tail is zero-padded)
+TILE_K_BYTES = 128
+VALUE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "fp4": 0.5}
+"""Bytes of one operand value (scales aside): what a K-step's 128 bytes hold."""
 # Grouped GEMMs (a MoE layer's local experts) run as one GEMM per group, launched round-robin on this
 # many CUDA/HIP streams: Transformer Engine's GroupedLinear (Megatron-Core TEGroupedMLP) calls
 # nvte_multi_stream_cublas_gemm with nvte_get_num_compute_streams() = 4. Concurrent kernels share the
@@ -68,6 +74,8 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     max_eff = {"fp8": e.gemm_fp8, "fp4": e.gemm_fp4, "mxfp8": e.gemm_mxfp8}.get(dtype, e.gemm_bf16)
     peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
+    tk = int(TILE_K_BYTES / VALUE_BYTES.get(dtype, 2.0))
+    k_run = ceil(k / tk) * tk  # the reduction steps the kernel runs
     best = float("inf")
     per_batch = groups if fused else min(groups, GROUPED_GEMM_STREAMS)
     batches, rest = divmod(groups, per_batch)
@@ -75,7 +83,7 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     for tm, tn, tile_eff in TILES:
         tiles = ceil(m / tm) * ceil(n / tn)
         waves = batches * ceil(per_batch * tiles / units) + (ceil(rest * tiles / units) if rest else 0)
-        t = waves * (2.0 * tm * tn * k) / (peak_per_unit * max_eff * tile_eff * k_factor)
+        t = waves * (2.0 * tm * tn * k_run) / (peak_per_unit * max_eff * tile_eff * k_factor)
         best = min(best, t)
     elem = ELEM_BYTES.get(dtype, 2)
     bytes_moved = groups * ((m * k + k * n) * elem + m * n * c_bytes)
@@ -83,28 +91,59 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     return max(best, mem_t, e.kernel_launch_s)
 
 
+ATTN_BLOCK_K = 128  # key block per inner iteration (FlashAttention-2/3 and cuDNN's fused attention at head dim 128)
+
+
+@lru_cache(maxsize=4096)
+def visited_keys(seq: int, window: int | None) -> float:
+    """Keys per query a tiled causal attention kernel computes, averaged over the sequence: every key block a
+    query block touches, masked positions included (the diagonal block is computed whole; a sliding window of
+    w keys touches ceil((w + block - 1) / block) blocks or so, not w keys)."""
+    if seq <= 0:
+        return 0.0
+    total = 0
+    for i in range(ceil(seq / ATTN_BLOCK_Q)):
+        q0, q1 = i * ATTN_BLOCK_Q, min(seq, (i + 1) * ATTN_BLOCK_Q) - 1
+        k_lo = 0 if window is None else max(0, q0 - window + 1)
+        total += (q1 // ATTN_BLOCK_K - k_lo // ATTN_BLOCK_K + 1) * ATTN_BLOCK_K * (q1 - q0 + 1)
+    return total / seq
+
+
 @lru_cache(maxsize=16384)
 def attention_time_s(hw: HardwareProfile, batch_heads: int, s_q: int, s_k_avg: float, d_qk: int, d_v: int,
-                     backward: bool = False) -> float:
+                     backward: bool = False, seq: int = 0, window: int | None = None, dtype: str = "bf16") -> float:
     """FlashAttention-style tile model for one rank.
 
-    Work is split into query blocks of ATTN_BLOCK_Q rows, one thread block each; waves over the
-    compute units quantise it. Each block computes QK^T (2*bq*s_k*d_qk) and PV (2*bq*s_k*d_v); the
-    backward recomputes QK^T and forms dP, dV, dQ, dK: 2.5x the forward FLOPs (FlashAttention-2 paper).
-    ``s_k_avg`` is the average number of keys a query attends to (causal ~ s/2, window w).
+    Work is split into query blocks of ATTN_BLOCK_Q rows, one thread block each; waves over the compute
+    units quantise it. Each block computes QK^T (2 d_qk) and PV (2 d_v) FLOPs per (query, key) pair it
+    visits (``visited_keys`` over ``seq``: whole key tiles under the causal mask or sliding window; without
+    ``seq``, ``s_k_avg`` keys) on the tensor cores of ``dtype`` (fp8: FP8 fused attention), and one
+    exponential per pair on the special-function units: softmax exponentials are a separate, slower pipe
+    (H100: 3.9 T/s against 989 TFLOP/s of BF16 matmul, Shah et al. 2024, FlashAttention-3 Sec. 3.1); the
+    kernel hides ``efficiency.attention_exp_overlap`` of the shorter of the two behind the longer, so at head
+    dim 64 or in FP8, where the exponentials are as long as the matmuls, attention gains little. The
+    backward recomputes the scores (one exponential per pair again) and forms dP, dV, dQ, dK: 2.5x the
+    forward matmul FLOPs (FlashAttention-2 paper).
     """
     if batch_heads <= 0 or s_q <= 0:
         return 0.0
     e = hw.efficiency
+    units = hw.num_compute_units
     blocks = batch_heads * ceil(s_q / ATTN_BLOCK_Q)
-    waves = ceil(blocks / hw.num_compute_units)
-    flops_block = 2.0 * ATTN_BLOCK_Q * s_k_avg * (d_qk + d_v)
+    waves = ceil(blocks / units)
+    keys = visited_keys(seq, window) if seq > 0 else s_k_avg
+    pairs_block = ATTN_BLOCK_Q * keys
+    flops_block = 2.0 * pairs_block * (d_qk + d_v)
     eff = e.attention_fwd
     if backward:
         flops_block *= 2.5
         eff = e.attention_bwd
-    peak_per_unit = hw.peak_flops_per_s["bf16"] / hw.num_compute_units
-    return max(waves * flops_block / (peak_per_unit * eff), e.kernel_launch_s)
+    peak = hw.peak_flops_per_s["fp8" if dtype == "fp8" and hw.supports("fp8") else "bf16"]
+    t_block = flops_block / (peak / units * eff)
+    if hw.peak_exp_per_s > 0:
+        t_exp = pairs_block / (hw.peak_exp_per_s / units)
+        t_block = max(t_block, t_exp) + (1.0 - e.attention_exp_overlap) * min(t_block, t_exp)
+    return max(waves * t_block, e.kernel_launch_s)
 
 
 def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 1) -> float:

@@ -3,8 +3,10 @@
 A profile YAML (see ``hardware/h100-sxm.yaml``) has these sections::
 
     name, vendor, arch, description
-    compute:   peak_tflops {bf16, fp16, fp8, fp32 ...} (dense), num_compute_units
-    memory:    hbm_capacity_gib, hbm_bandwidth_gb_per_s, runtime_reserved_gib
+    compute:   peak_tflops {bf16, fp16, fp8, fp32 ...} (dense), num_compute_units,
+               exp_tops (special-function exponentials per second, 1e12; optional: attention's softmax)
+    memory:    hbm_capacity_gib, hbm_bandwidth_gb_per_s, runtime_reserved_gib,
+               host_link_gb_per_s (GPU <-> host memory per direction; optional: CPU offloading)
     network:   gpus_per_node,
                scale_up  {domain_size, ranks_per_domain, topology, bandwidth_gb_per_s, latency_us}
                          (per GPU, one direction; ranks_per_domain: a job's GPUs per domain, optional)
@@ -73,6 +75,10 @@ class Efficiency:
     """Host (CPU) time to issue one framework-level operation of the training stack in eager mode
     (Python + Megatron-Core/Transformer Engine dispatch + launch). A pass whose ops are small is
     host-bound: the GPU idles until the host has issued them (oracle.opgraph counts the ops)."""
+    attention_exp_overlap: float = 0.0
+    """Share of the shorter of a flash-attention tile's matmul time and its softmax-exponential time that the
+    kernel hides behind the longer (0: they add up; 1: max of the two). What the attention kernels of the
+    part's software stack achieve (oracle.gemm.attention_time_s)."""
     moe_sync_stall_s: float
     """GPU idle time per forward pass of one MoE layer while the host catches up after the token
     dispatcher's device-to-host synchronisation (token counts for the all-to-all splits and the
@@ -94,6 +100,11 @@ class HardwareProfile:
     """Dense peak per dtype ('bf16', 'fp16', 'fp8', 'fp32', 'fp4'); a dtype absent = unsupported."""
     num_compute_units: int
     """SMs / CUs: the number of GEMM tiles that run concurrently in one wave (one per unit)."""
+    peak_exp_per_s: float = 0.0
+    """Exponentials per second the special-function units compute (flash attention's softmax takes one per
+    score); 0 = not given (attention priced by its matmuls alone)."""
+    host_link_bytes_per_s: float = 0.0
+    """GPU <-> host-memory bandwidth per direction (PCIe, NVLink-C2C); 0 = not given (CPU offloading refused)."""
     hbm_capacity_bytes: float
     """Device memory capacity."""
     hbm_bandwidth_bytes_per_s: float
@@ -140,7 +151,8 @@ class HardwareProfile:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,
-                                                tuple(sorted(self.peak_flops_per_s.items())), self.efficiency)))
+                                                tuple(sorted(self.peak_flops_per_s.items())), self.efficiency,
+                                                self.peak_exp_per_s)))
 
     def __setstate__(self, state: list[Any]) -> None:  # unpickled in another process: its own string hashes
         for f, v in zip(dataclasses.fields(self), state):
@@ -183,14 +195,15 @@ class HardwareProfile:
 
 
 _TOP = ["name", "vendor", "arch", "description", "aliases", "compute", "memory", "network", "efficiency", "sources"]
-_COMPUTE = ["peak_tflops", "num_compute_units"]
-_MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib"]
+_COMPUTE = ["peak_tflops", "num_compute_units", "exp_tops"]
+_MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib", "host_link_gb_per_s"]
 _NETWORK = ["gpus_per_node", "scale_up", "scale_out", "inter_pod"]
 _LINKS = {"scale_up": ["domain_size", "ranks_per_domain", "topology", "bandwidth_gb_per_s", "latency_us"],
           "scale_out": ["bandwidth_gb_per_s", "latency_us"],
           "inter_pod": ["pod_size", "bandwidth_gb_per_s", "latency_us"]}
 _DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp6", "fp4", "int8")
-_FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "gemm_mxfp8", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus", "scale_out_bus")
+_FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "gemm_mxfp8", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus",
+              "scale_out_bus", "attention_exp_overlap")
 
 
 def _section(data: dict, key: str, where: str, problems: list[str], required: bool = True) -> dict:
@@ -274,6 +287,8 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         if "bf16" not in peaks:
             p.append(f"{where}.compute.peak_tflops needs a bf16 entry")
     ncu = _num(comp, "num_compute_units", f"{where}.compute", p, integer=True)
+    exp_tops = _num(comp, "exp_tops", f"{where}.compute", p, required=False)
+    host_link = _num(mem, "host_link_gb_per_s", f"{where}.memory", p, required=False)
     cap = _num(mem, "hbm_capacity_gib", f"{where}.memory", p)
     bw = _num(mem, "hbm_bandwidth_gb_per_s", f"{where}.memory", p)
     reserve = _num(mem, "runtime_reserved_gib", f"{where}.memory", p, positive=False)
@@ -318,6 +333,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         if entry is None and fname == "gemm_fp4" and "fp4" not in peaks:
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp4 tensor cores"
             continue
+        if entry is None and fname == "attention_exp_overlap":
+            eff_vals[fname], eff_src[fname] = 0.0, "not given: matmuls and exponentials add up"
+            continue
         if entry is None and fname == "gemm_mxfp8":
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: the profile lists no MXFP8 GEMM efficiency"
             continue
@@ -345,6 +363,7 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     return HardwareProfile(
         name=str(data.get("name", name)), vendor=str(data.get("vendor", "")), arch=str(data.get("arch", "")),
         peak_flops_per_s=peaks, num_compute_units=int(ncu),  # type: ignore[arg-type]
+        peak_exp_per_s=(exp_tops or 0.0) * 1e12, host_link_bytes_per_s=(host_link or 0.0) * GB,
         hbm_capacity_bytes=cap * GIB, hbm_bandwidth_bytes_per_s=bw * GB,  # type: ignore[operator]
         runtime_reserved_bytes=reserve * GIB,  # type: ignore[operator]
         gpus_per_node=gpn_i, scale_up_domain_size=int(su_size) if su_size else gpn_i, scale_up_topology=topo,
@@ -386,10 +405,13 @@ def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
     return {"name": hw.name, "vendor": hw.vendor, "arch": hw.arch, "description": hw.description,
             **({"aliases": list(hw.aliases)} if hw.aliases else {}),
             "compute": {"peak_tflops": {k: _human(v, TFLOPS) for k, v in hw.peak_flops_per_s.items()},
-                        "num_compute_units": hw.num_compute_units},
+                        "num_compute_units": hw.num_compute_units,
+                        **({"exp_tops": _human(hw.peak_exp_per_s, 1e12)} if hw.peak_exp_per_s else {})},
             "memory": {"hbm_capacity_gib": _human(hw.hbm_capacity_bytes, GIB),
                        "hbm_bandwidth_gb_per_s": _human(hw.hbm_bandwidth_bytes_per_s, GB),
-                       "runtime_reserved_gib": _human(hw.runtime_reserved_bytes, GIB)},
+                       "runtime_reserved_gib": _human(hw.runtime_reserved_bytes, GIB),
+                       **({"host_link_gb_per_s": _human(hw.host_link_bytes_per_s, GB)}
+                          if hw.host_link_bytes_per_s else {})},
             "network": network, "efficiency": efficiency, "sources": dict(hw.sources)}
 
 

@@ -192,7 +192,16 @@ def placement_key(run: RunConfig) -> tuple:
     t = run.training
     return (run.model, t.pp, t.vpp, t.schedule, t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers,
             t.pipeline_model_parallel_layout, t.account_for_embedding_in_pipeline_split,
-            t.account_for_loss_in_pipeline_split, t.recompute, t.recompute_num_layers)
+            t.account_for_loss_in_pipeline_split, t.recompute, t.recompute_num_layers, bf16_layers(run))
+
+
+def bf16_layers(run: RunConfig) -> tuple[int, int]:
+    """(first, last) decoder layers kept in BF16 under an FP8/FP4 recipe (``first_last_layers_bf16``); (0, 0) when
+    none are."""
+    t = run.training
+    if not t.first_last_layers_bf16 or t.precision == "bf16":
+        return 0, 0
+    return t.num_layers_at_start_in_bf16, t.num_layers_at_end_in_bf16
 
 
 def assignment_of(run: RunConfig) -> PipelineAssignment:

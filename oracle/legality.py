@@ -130,14 +130,15 @@ def check(run: RunConfig) -> list[str]:
     if t.fp8_activations and t.precision != "fp8":
         p.append("fp8_activations=true needs precision=fp8")
     if t.fp8_param_gather:
-        if t.precision != "fp8":
-            p.append(f"fp8_param_gather=true needs precision=fp8 (FP8 weights), got precision={t.precision}")
-        if t.fsdp or not t.use_distributed_optimizer:
-            p.append("fp8_param_gather=true needs the distributed optimizer (use_distributed_optimizer=true, "
-                     f"fsdp=false), got use_distributed_optimizer={str(t.use_distributed_optimizer).lower()}, "
-                     f"fsdp={str(t.fsdp).lower()}")
-    if t.moe_a2a_backend == "deepep" and not m.is_moe:
-        p.append(f"moe_a2a_backend=deepep needs a MoE model; {m.name} is dense")
+        if t.precision not in ("fp8", "nvfp4"):
+            p.append(f"fp8_param_gather=true needs precision=fp8 (FP8 weights) or nvfp4 (FP4 weights), got "
+                     f"precision={t.precision}")
+        if (t.fsdp and not t.use_megatron_fsdp) or not (t.use_distributed_optimizer or t.fsdp):
+            p.append("fp8_param_gather=true needs the distributed optimizer or Megatron-FSDP (use_distributed_optimizer"
+                     f"=true, or fsdp=true with use_megatron_fsdp=true), got use_distributed_optimizer="
+                     f"{str(t.use_distributed_optimizer).lower()}, fsdp={str(t.fsdp).lower()}")
+    if t.moe_a2a_backend != "alltoall" and not m.is_moe:
+        p.append(f"moe_a2a_backend={t.moe_a2a_backend} needs a MoE model; {m.name} is dense")
     if t.moe_sync_free:
         if not m.is_moe:
             p.append(f"moe_sync_free=true needs a MoE model; {m.name} is dense")
@@ -148,6 +149,9 @@ def check(run: RunConfig) -> list[str]:
         p += _a2a_overlap_problems(run)
     p += _cuda_graph_problems(run)
     p += _capacity_problems(run)
+    p += _dispatcher_problems(run)
+    p += _precision_feature_problems(run)
+    p += _memory_feature_problems(run)
     p += _framework_problems(run)
     return p
 
@@ -169,6 +173,11 @@ def _cuda_graph_problems(run: RunConfig) -> list[str]:
     if "full_iteration" in sc and t.cuda_graph_impl != "local":
         p.append(f"cuda_graph_scope=full_iteration needs cuda_graph_impl=local (Megatron-Core's whole-iteration "
                  f"graph), got {t.cuda_graph_impl}")
+    if t.cuda_graph_impl == "full_iteration":
+        if sc:
+            p.append(f"cuda_graph_impl=full_iteration captures the whole iteration: cuda_graph_scope must be empty, "
+                     f"got {sc}")
+        whole = {"full_iteration"}
     kinds = set(m.layer_kinds)
     if "mlp" in sc and "dense" not in kinds:
         p.append(f"cuda_graph_scope 'mlp' captures dense MLP layers; {m.name} has MoE layers only (use moe or "
@@ -178,12 +187,116 @@ def _cuda_graph_problems(run: RunConfig) -> list[str]:
             p.append(f"cuda_graph_scope {moe_scope!r} needs a MoE model; {m.name} is dense")
     if m.is_moe and t.moe_host_sync and "moe" in kinds and (whole or "moe" in sc or not sc):
         what = "the whole layer" if (whole or not sc) else "the MoE block"
-        p.append(f"cuda_graph_scope={sc or ['full']} captures {what} with the MoE dispatcher, which reads the "
+        label = "cuda_graph_impl=full_iteration" if t.cuda_graph_impl == "full_iteration" else f"cuda_graph_scope={sc or ['full']}"
+        p.append(f"{label} captures {what} with the MoE dispatcher, which reads the "
                  f"per-expert token counts on the host every forward (dropless): a graph cannot hold that sync. "
                  f"Use moe_expert_capacity_factor with moe_pad_expert_input_to_capacity=true (static shapes), "
-                 f"sync-free MoE, or scopes attn / moe_router")
+                 f"HybridEP with moe_expert_rank_capacity_factor and fused_grouped_mlp=true, sync-free MoE, or "
+                 f"scopes attn / moe_router")
+    if t.cpu_offloading and t.cuda_graph_impl not in ("none", "full_iteration"):
+        p.append(f"cpu_offloading=true with cuda_graph_impl={t.cuda_graph_impl}: Megatron-Core supports CUDA graphs "
+                 f"with CPU offloading only as cuda_graph_impl=full_iteration")
     if t.framework == "torchtitan":
         p.append(f"cuda_graph_impl={t.cuda_graph_impl} with framework=torchtitan: TorchTitan has no CUDA graph option")
+    return p
+
+
+def _dispatcher_problems(run: RunConfig) -> list[str]:
+    """The flex dispatcher's options (Megatron-Core TransformerConfig.__post_init__ checks and the physics)."""
+    t, m, hw = run.training, run.model, run.cluster.hardware
+    p = []
+    sms = t.moe_flex_dispatcher_num_sms
+    if sms is not None:
+        if t.moe_a2a_backend not in ("deepep", "hybridep"):
+            p.append(f"moe_flex_dispatcher_num_sms={sms} sizes the flex dispatcher's kernels: it needs moe_a2a_backend="
+                     f"deepep or hybridep, got {t.moe_a2a_backend}")
+        elif not 0 < sms < hw.num_compute_units:
+            p.append(f"moe_flex_dispatcher_num_sms={sms} must be between 1 and {hw.num_compute_units - 1} (the "
+                     f"{hw.num_compute_units} compute units of {hw.name})")
+    rcf = t.moe_expert_rank_capacity_factor
+    if rcf is not None:
+        if t.moe_a2a_backend != "hybridep":
+            p.append(f"moe_expert_rank_capacity_factor={rcf} is HybridEP's static budget: it needs moe_a2a_backend="
+                     f"hybridep, got {t.moe_a2a_backend}")
+        elif not rcf >= 1.0:
+            p.append(f"moe_expert_rank_capacity_factor={rcf} must be >= 1.0 (the budget over the mean per-rank load; "
+                     f"below 1 even balanced routing drops tokens)")
+    if t.moe_paged_stash:
+        if rcf is None:
+            p.append("moe_paged_stash=true needs moe_expert_rank_capacity_factor (Megatron-Core: no paged stash "
+                     "without a static budget)")
+        if t.cpu_offloading:
+            p.append("moe_paged_stash=true cannot run with cpu_offloading=true (Megatron-Core)")
+    if not t.moe_paged_stash_buffer_factor > 0:
+        p.append(f"moe_paged_stash_buffer_factor={t.moe_paged_stash_buffer_factor} must be > 0")
+    if t.moe_shared_expert_overlap and m.is_moe and not m.num_shared_experts:
+        p.append(f"moe_shared_expert_overlap=true overlaps shared experts; {m.name} has none")
+    if t.delay_wgrad_compute and not t.moe_a2a_overlap:
+        p.append("delay_wgrad_compute=true needs moe_a2a_overlap=true (Megatron-Core: overlap_moe_expert_parallel_comm "
+                 "must be enabled with delay_wgrad_compute)")
+    if t.fused_grouped_mlp:
+        if not m.is_moe:
+            p.append(f"fused_grouped_mlp=true fuses the routed experts' MLP; {m.name} is dense")
+        elif not m.gated:
+            p.append(f"fused_grouped_mlp=true needs a gated (GLU) expert MLP; {m.name} has activation {m.activation}")
+        if t.framework != "megatron":
+            p.append("fused_grouped_mlp=true is Transformer Engine's op fuser: it needs framework=megatron")
+    return p
+
+
+def _precision_feature_problems(run: RunConfig) -> list[str]:
+    """FP8 attention and BF16 first/last layers (Megatron-Core TransformerConfig checks)."""
+    t, m, hw = run.training, run.model, run.cluster.hardware
+    p = []
+    if t.fp8_dot_product_attention:
+        if t.precision not in ("fp8", "nvfp4"):
+            p.append(f"fp8_dot_product_attention=true needs an FP8/FP4 recipe (precision fp8 or nvfp4), got "
+                     f"precision={t.precision}")
+        elif not hw.supports("fp8"):
+            p.append(f"fp8_dot_product_attention=true needs FP8 tensor cores; {hw.name} has none")
+        if t.framework != "megatron":
+            p.append("fp8_dot_product_attention=true is Transformer Engine's FP8 attention: it needs framework=megatron")
+    if t.fp8_output_proj and not (t.precision == "fp8" and t.fp8_recipe == "mxfp8"):
+        p.append(f"fp8_output_proj=true runs the LM head under MXFP8: it needs precision=fp8 with fp8_recipe=mxfp8 "
+                 f"(Megatron-Core), got precision={t.precision}, fp8_recipe={t.fp8_recipe}")
+    if t.first_last_layers_bf16:
+        if t.precision == "bf16":
+            p.append("first_last_layers_bf16=true keeps layers in BF16 under an FP8/FP4 recipe: precision is already bf16")
+        a, b = t.num_layers_at_start_in_bf16, t.num_layers_at_end_in_bf16
+        if a < 0 or b < 0 or a + b > m.num_layers:
+            p.append(f"num_layers_at_start_in_bf16={a} + num_layers_at_end_in_bf16={b} must be >= 0 each and at most "
+                     f"the {m.num_layers} layers of {m.name}")
+    if t.muon_ns_steps < 1:
+        p.append(f"muon_ns_steps={t.muon_ns_steps} must be >= 1")
+    if t.mtp_num_layers is not None and t.mtp_num_layers < 0:
+        p.append(f"mtp_num_layers={t.mtp_num_layers} must be >= 0 (None = the card's {m.mtp_layers})")
+    return p
+
+
+def _memory_feature_problems(run: RunConfig) -> list[str]:
+    """CPU offloading and Megatron-FSDP (Megatron-Core TransformerConfig / DDP config checks)."""
+    t, m = run.training, run.model
+    p = []
+    if t.cpu_offloading:
+        if t.pp > 1:
+            p.append(f"cpu_offloading=true with pp={t.pp}: Megatron-Core has no CPU offloading with pipeline parallelism")
+        if t.recompute != "none":
+            p.append(f"cpu_offloading=true with recompute={t.recompute}: Megatron-Core's CPU offloading does not work "
+                     f"with activation recomputation")
+        if not run.cluster.hardware.host_link_bytes_per_s:
+            p.append(f"cpu_offloading=true needs the GPU-host bandwidth: hardware {run.cluster.hardware.name!r} gives no "
+                     f"memory.host_link_gb_per_s")
+        if not 0 <= t.cpu_offloading_num_layers < m.num_layers:
+            p.append(f"cpu_offloading_num_layers={t.cpu_offloading_num_layers} must be in 0..{m.num_layers - 1} (layers "
+                     f"of {m.name})")
+    elif t.cpu_offloading_num_layers or t.cpu_offloading_weights:
+        p.append("cpu_offloading_num_layers / cpu_offloading_weights need cpu_offloading=true")
+    if t.use_megatron_fsdp and not t.fsdp:
+        p.append("use_megatron_fsdp=true is an FSDP implementation: it needs fsdp=true")
+    if t.fsdp_double_buffer and not t.use_megatron_fsdp:
+        p.append("fsdp_double_buffer=true is Megatron-FSDP's: it needs use_megatron_fsdp=true")
+    if t.use_megatron_fsdp and t.framework != "megatron":
+        p.append("use_megatron_fsdp=true needs framework=megatron")
     return p
 
 

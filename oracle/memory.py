@@ -18,11 +18,12 @@ from oracle.config import RunConfig
 from oracle.cuda_graphs import STATIC_BUFFERS_PER_REGION, full_iteration, layer_regions
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout, placement_key
+from oracle.optimizers import ADAM_STATE_BYTES, state_bytes_per_param
 from oracle.pipeline.schedules import get_schedule
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
 
 __all__ = ["project_memory", "module_tree", "layer_activation_bytes", "in_flight_microbatches", "rank_param_counts",
-           "chunk_activation_shares",
+           "chunk_activation_shares", "offloaded_bytes_per_microbatch",
            "MemoryAssumptions", "DEFAULT", "BYTES_WEIGHT", "BYTES_GRAD", "BYTES_OPTIMIZER"]
 
 # Megatron mixed precision (bf16 params, fp32 main grads, Adam): 18 B/param, or 6 + 12/d with the
@@ -33,8 +34,8 @@ BYTES_GRAD = 4
 """fp32 main-gradient buffer (training.grad_reduce_in_fp32; Megatron-LM's default for bf16)."""
 BYTES_GRAD_BF16 = 2
 """bf16 gradient buffer (training.grad_reduce_in_fp32 = false, the performance recipes)."""
-BYTES_OPTIMIZER = 12
-"""fp32 master weight + Adam m + v."""
+BYTES_OPTIMIZER = ADAM_STATE_BYTES
+"""fp32 master weight + Adam m + v (oracle.optimizers; Muon keeps 8 B for its 2-D weights)."""
 
 
 # ---------------------------------------------------------------------------------- schedules
@@ -258,6 +259,12 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
                 v_r = card.padded_vocab(t.tp) / t.tp
                 other.append(("loss_fp32_softmax", heads * s.tokens * v_r * FP32))
+        if t.cpu_offloading and t.cpu_offloading_num_layers:
+            # the offloaded layers' saved activations live in host memory; one layer's worth stays as the
+            # staging buffer its copy runs through (Megatron-Core's double-buffered offload handler)
+            n_layers = sum(n for ch in chunks for _, _, n in ch.layers)
+            per_layer = layer_act / n_layers if n_layers else 0.0
+            layer_act -= max(0, min(t.cpu_offloading_num_layers, n_layers) - 1) * per_layer
         if remat:
             other.append(("recompute_buffer", remat))
         if graph_regions and not full_iteration(t):
@@ -287,10 +294,12 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         opt_sharded = t.fsdp or t.use_distributed_optimizer
         o_dense = p_dense / d_dense if opt_sharded else p_dense
         o_exp = p_exp / d_exp if opt_sharded else p_exp
+        # Muon: the layers' GEMM weights (2-D) keep master + momentum, the rest AdamW's three fp32 values
+        opt_bytes = state_bytes_per_param(t.optimizer, min(1.0, gemm / (p_dense + p_exp)) if p_dense + p_exp else 0.0)
         stages.append(StageMemory(
             rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp) - (gemm if t.fp8_param_gather else 0.0),
             grads_bytes=grad_bytes * (w_dense + w_exp),
-            optimizer_bytes=BYTES_OPTIMIZER * (o_dense + o_exp), activations_bytes=f * layer_act + edge_act,
+            optimizer_bytes=opt_bytes * (o_dense + o_exp), activations_bytes=f * layer_act + edge_act,
             other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=tuple(other)))
     if trees != "none":
         worst = max(stages, key=lambda x: x.total_bytes).rank
@@ -300,12 +309,32 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                            runtime_reserved_bytes=hw.runtime_reserved_bytes, hbm_bytes=hw.hbm_capacity_bytes)
 
 
+def offloaded_bytes_per_microbatch(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT) -> float:
+    """Bytes Megatron-Core's CPU offloading moves to host memory per micro-batch (and back in its backward):
+    the saved activations of the first ``cpu_offloading_num_layers`` decoder layers of the (single) pipeline
+    stage, and with ``cpu_offloading_weights`` their weights."""
+    t = run.training
+    if not t.cpu_offloading or not t.cpu_offloading_num_layers:
+        return 0.0
+    b = blocks(run.model, shape_of(run, assumptions))
+    kinds = run.model.layer_kinds[:t.cpu_offloading_num_layers]
+    act = sum(b.layer(k).act("none") for k in kinds)
+    weights = sum(BYTES_WEIGHT * b.layer(k).params for k in kinds) if t.cpu_offloading_weights else 0.0
+    return act + weights
+
+
 def _moe_buffers(run: RunConfig, s: Shape, lay: Layout, a: MemoryAssumptions) -> list[tuple[str, float]]:
     """Token-dispatch buffers of a rank that hosts MoE layers."""
     card, t = run.model, run.training
     if not card.is_moe:
         return []
     h = card.hidden_size
+    if t.moe_a2a_backend == "hybridep":
+        # HybridEP's registered buffers hold the dispatched tokens of one layer: the static budget's rows (or the
+        # busiest rank's under dynamic sizing), H bf16 each, for the dispatch and again for the combine (estimate
+        # from Megatron-Core's init_hybrid_ep_buffer sizing by hidden size and tokens)
+        rows = card.moe_topk * s.seq_tokens * t.moe_buffer_load
+        return [("hybridep_buffers", 2 * rows * h * BF16)]
     if t.moe_a2a_backend == "deepep":
         # DeepEP registers fixed NVLink (+ RDMA across nodes) buffers at start-up, sized in tokens of
         # H bf16 values per peer (DeepEP get_nvl_buffer_size_hint / get_rdma_buffer_size_hint)

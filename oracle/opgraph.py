@@ -104,6 +104,11 @@ class Op:
     """Attention: Q/K head dim."""
     d_v: int = 0
     """Attention: V head dim."""
+    seq: int = 0
+    """Attention: the sequence length the keys come from (the tile model counts the key blocks each query block
+    visits over it)."""
+    window: int | None = None
+    """Attention: sliding window in tokens (None = full causal)."""
     bytes_f: float = 0.0
     """Memory-bound op: bytes read + written in forward (backward moves ~2x)."""
     kernels: int = 1
@@ -163,10 +168,14 @@ class Shapes:
     moe_load: float = 1.0
     """Busiest expert's pairs over the mean (TrainingConfig.moe_load: imbalance, capped or padded by the
     capacity factor)."""
+    buffer_load: float = 1.0
+    """Saved tensors only: what the experts' saved activations are sized for over the balanced share
+    (TrainingConfig.moe_buffer_load: the paged stash's factor, HybridEP's static budget, else moe_load)."""
     capacity_factor: float | None = None
     """Token-drop MoE: the router also keeps each expert's top-capacity tokens (TrainingConfig)."""
-    saved_gemm_bytes: int = BF16
-    """Bytes per saved GEMM input: 1 with fp8_activations (TE saves FP8 inputs; paper App. B.1's B_act)."""
+    saved_gemm_bytes: float = BF16
+    """Bytes per saved GEMM input: the quantised copy TE keeps under an FP8/FP4 recipe (saved_input_bytes), 1 with
+    fp8_activations (paper App. B.1's B_act), else bf16."""
     flash_attention: bool = True
     """Saved tensors only (oracle.activations.MemoryAssumptions): fused attention keeps a logsumexp,
     not the a x s x s softmax."""
@@ -178,6 +187,14 @@ class Shapes:
     """Whose kernels run the layer: megatron (Transformer Engine) | torchtitan (PyTorch modules)."""
     compiled: bool = False
     """torchtitan: torch.compile fuses each block's elementwise ops (as TE's fused kernels do)."""
+    router_fusion: bool = False
+    """The router's score function, top-k and aux-loss statistics run fused (TrainingConfig.moe_router_fusion)."""
+    fused_mlp: bool = False
+    """The routed experts' MLP is one fused grouped kernel (TrainingConfig.fused_grouped_mlp)."""
+    attention_dtype: str = "bf16"
+    """Precision of the attention core's matmuls: bf16, or fp8 (TrainingConfig.fp8_dot_product_attention)."""
+    output_dtype: str = "bf16"
+    """Precision of the LM head's logits GEMM: bf16, or mxfp8 (TrainingConfig.fp8_output_proj)."""
     wgrad_c_bytes: float = 2 * BF16
     """HBM bytes per weight element a weight-gradient GEMM moves: Megatron-Core's gradient-accumulation
     fusion (TE ``fuse_wgrad_accumulation``, on by default) has the wgrad GEMM accumulate into the
@@ -198,13 +215,36 @@ class Shapes:
         t = run.training
         T = t.mbs * t.seq_len // t.cp
         titan = t.framework == "torchtitan"
+        # gradient-accumulation fusion: the wgrad GEMM reads and writes the main-gradient buffer; without it
+        # (and under TorchTitan) it writes a bf16 gradient, accumulated by a separate kernel (oracle.compute)
+        fused_acc = t.gradient_accumulation_fusion and not titan
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
                    seq_len=t.seq_len, dtype=t.gemm_kernel, fp8_recipe=t.fp8_recipe, moe_load=t.moe_load,
-                   capacity_factor=t.moe_expert_capacity_factor,
-                   saved_gemm_bytes=FP8 if t.fp8_activations else BF16, framework=t.framework,
+                   capacity_factor=t.moe_expert_capacity_factor, buffer_load=t.moe_buffer_load,
+                   saved_gemm_bytes=FP8 if t.fp8_activations else saved_input_bytes(t), framework=t.framework,
                    compiled=t.torch_compile,
-                   wgrad_c_bytes=BF16 if titan else 2 * (FP32 if t.grad_reduce_in_fp32 else BF16),
+                   wgrad_c_bytes=2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16,
+                   router_fusion=t.moe_router_fusion, fused_mlp=t.fused_grouped_mlp,
+                   attention_dtype="fp8" if t.fp8_dot_product_attention else "bf16",
+                   output_dtype="mxfp8" if t.fp8_output_proj else "bf16",
                    **saved_tensor_assumptions)
+
+
+QUANTISED_INPUT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5 + 1.0 / 16}
+"""Bytes per value of a GEMM input Transformer Engine keeps for the weight gradient under an FP8/FP4 recipe: the
+column-wise quantised copy the forward made (per-tensor FP8 1 B; MXFP8 + an e8m0 scale per 32; NVFP4 0.5 B +
+an fp8 scale per 16), not the bf16 tensor (TE Linear / GroupedLinear save their quantised inputs; blockwise FP8
+adds an fp32 scale per 128)."""
+
+
+def saved_input_bytes(t) -> float:
+    """What one saved GEMM-input value costs under ``t``'s recipe (Megatron + TE: the quantised copy; TorchTitan's
+    float8 converters save the bf16 input and re-cast it in the backward)."""
+    if t.framework != "megatron" or t.gemm_kernel == "bf16":
+        return BF16
+    if t.gemm_kernel == "fp8" and t.fp8_recipe == "blockwise":
+        return 1.0 + 4.0 / 128
+    return QUANTISED_INPUT_BYTES[t.gemm_kernel]
 
 
 def kv_heads_per_rank(card, tp: int) -> float:
@@ -336,7 +376,8 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
         ops.append(Op(name="repeat_kv", kind=MEMORY, bytes_f=BF16 * 2 * T * (k_w + q_w), kernels=2, host_ops=4))
         k_w = v_w = q_w
     ops.append(Op(name="attn_core", kind=ATTENTION, batch_heads=s.mbs * (card.num_attention_heads // tp),
-                  s_q=s.seq_len // s.cp, s_k=avg_keys(s.seq_len, window), d_qk=d_qk, d_v=d_v, host_ops=3,
+                  s_q=s.seq_len // s.cp, s_k=avg_keys(s.seq_len, window), d_qk=d_qk, d_v=d_v, seq=s.seq_len,
+                  window=window, dtype=s.attention_dtype, host_ops=3,
                   saved=_core_attention_saved(card, s, q_w, k_w, v_w)))
     # output-projection GEMM input (K22 "linear projection: 2sbh")
     ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
@@ -409,6 +450,24 @@ def _capacity_ops(s: Shapes, tokens: int, experts: int) -> tuple[Op, ...]:
                host_ops=5),)
 
 
+ROUTER_FUSED_KERNELS = 2
+"""Megatron-Core moe_router_fusion: Transformer Engine's fused_topk_with_score_function (score function, top-k,
+normalisation) and fused_compute_score_for_moe_aux_loss, one kernel each; unfused, the same work is ~6 PyTorch
+kernels and ~14 framework ops (softmax/sigmoid, topk, gather, division, scatter into the routing map, aux-loss
+statistics)."""
+
+
+def _router_topk_op(s: Shapes, tokens: int, experts: int, saved_bytes: int) -> Op:
+    """Score function, top-k, normalisation, aux-loss statistics and per-expert token counts over the T x E
+    fp32 logits. Unfused: read the logits, write and re-read the scores (3 passes); fused: read the logits,
+    write the probabilities (2 passes) in ROUTER_FUSED_KERNELS kernels."""
+    saved = (Saved("router_logits", tokens * experts * saved_bytes), Saved("router_probs", tokens * experts * saved_bytes))
+    if s.router_fusion:
+        return Op(name="router_topk", kind=MEMORY, bytes_f=FP32 * 2 * tokens * experts, kernels=ROUTER_FUSED_KERNELS,
+                  host_ops=2 * ROUTER_FUSED_KERNELS, saved=saved)
+    return Op(name="router_topk", kind=MEMORY, bytes_f=FP32 * 3 * tokens * experts, kernels=6, host_ops=14, saved=saved)
+
+
 def moe_ops(card, s: Shapes) -> list[Op]:
     """Router + top-k, permute, grouped expert GEMMs (busiest rank, paper Sec. 4.10), unpermute, shared
     experts. The dispatcher's device-to-host sync splits the forward after the router."""
@@ -421,12 +480,19 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     up = (2 if card.gated else 1) * ffn_l
     E, rb, b_g = card.num_experts, s.router_saved_bytes, s.saved_gemm_bytes
     # busiest rank's (token, expert) pairs: each GPU of the EP group receives k x its routed tokens on
-    # average (uniform routing); ETP all-gathers them over the etp ranks; x moe_load
-    act_saved, down_saved = _mlp_saved(card, s, pairs, card.expert_ffn / s.etp)
-    # TE's GroupedLinear: one GEMM per local expert from a C++ loop; TorchTitan: one torch._grouped_mm
+    # average (uniform routing); ETP all-gathers them over the etp ranks; x moe_load. What is saved for the
+    # backward is sized by the buffers that hold it (a static budget or paged stash: s.buffer_load)
+    kept = pairs * s.buffer_load / s.moe_load
+    act_saved, down_saved = _mlp_saved(card, s, kept, card.expert_ffn / s.etp)
+    # TE's GroupedLinear: one GEMM per local expert from a C++ loop; TorchTitan: one torch._grouped_mm; the
+    # fused grouped MLP (TE op fuser + CuTe DSL): one persistent kernel per GEMM over every expert, the
+    # activation x routing probability and the FC2 input's quantisation in FC1's epilogue
     titan = s.framework == "torchtitan"
-    loops = 0 if titan else E_local
+    one_kernel = titan or s.fused_mlp
+    loops = 0 if one_kernel else E_local
     act_b, act_k = _act_bytes_kernels(card, s, pairs * ffn_l)
+    if s.fused_mlp:  # the epilogue writes the activated FC2 input: no separate pass over the FC1 output
+        act_b, act_k = 0.0, 0
     ops = [_norm_op(card, s, "mlp_norm"),
            # router logits GEMM runs in bf16/fp32 in Megatron; its weight is tiny, dgrad and wgrad both run.
            # It keeps its input, the pre-MLP norm output (the same tensor feeds dispatch and shared experts)
@@ -434,23 +500,23 @@ def moe_ops(card, s: Shapes) -> list[Op]:
               saved=(Saved("router_input", tokens * H * BF16),)),
            # softmax/sigmoid, top-k, score normalisation, aux loss, token counts per expert; keeps the
            # T x E logits and probabilities (fp32)
-           Op(name="router_topk", kind=MEMORY, bytes_f=FP32 * 3 * tokens * E, kernels=6, host_ops=14,
-              saved=(Saved("router_logits", tokens * E * rb), Saved("router_probs", tokens * E * rb))),
+           _router_topk_op(s, tokens, E, rb),
            *_capacity_ops(s, tokens, E),
            # permute + unpermute copies (k*T*H each way) after the sync, plus sort/unsort by local expert.
            # The combine needs only the routing map (probs are applied in the expert activation,
            # Megatron-Core weighted SwiGLU), so no k*T*H copy is saved on the way back
            Op(name="permute", kind=MEMORY, bytes_f=BF16 * 2 * (tokens * H + pairs * H), kernels=6, host_ops=12,
               segment=POST_SYNC, saved=(Saved("routing_map", tokens * E * MASK),)),
-           Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, fused_groups=titan, dtype=dt,
+           Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, fused_groups=one_kernel, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, calls=(0.5, 0.5) if titan and card.gated else (),
-              saved=(Saved("expert_fc1_input", pairs * H * b_g),)),
+              saved=(Saved("expert_fc1_input", kept * H * b_g),)),
            Op(name="experts_act", kind=MEMORY, bytes_f=act_b, kernels=act_k, host_ops=act_k, segment=POST_SYNC,
-              saved=(Saved("expert_probs", pairs * FP32),) + act_saved),
-           Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, fused_groups=titan, dtype=dt,
+              saved=(Saved("expert_probs", kept * FP32),) + act_saved),
+           Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, fused_groups=one_kernel, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, saved=down_saved)]
-    if dt != "bf16":
-        ops.append(_quant_op(s, "experts_quant", _cast_bytes(s, pairs * (H + ffn_l)), POST_SYNC, 2 * loops))
+    if dt != "bf16":  # fused: only the dispatched tokens (FC1's input) are cast by a kernel of their own
+        cast_elems = pairs * H if s.fused_mlp else pairs * (H + ffn_l)
+        ops.append(_quant_op(s, "experts_quant", _cast_bytes(s, cast_elems), POST_SYNC, 2 * loops))
     if card.num_shared_experts:
         # fc1 input is the router input tensor (bf16: no extra copy; fp8: TE keeps an FP8 cast)
         fp8_in = (Saved("fc1_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()
@@ -533,7 +599,7 @@ def output_ops(card, s: Shapes, vocab_local: int, loss_fusion: bool) -> list[Op]
     # (kept, bf16, by the cross entropy); the loss keeps a per-token fp32 loss (paper B.1)
     return _with_wgrad_traffic(s, [
         _norm_op(card, s, "final_norm"),
-        Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=H, dtype="bf16", host_ops=2,
+        Op(name="logits", kind=GEMM, m=T, n=vocab_local, k=H, dtype=s.output_dtype, host_ops=2,
            saved=(Saved("input", s.T_sp * H * BF16), kept)),
         Op(name="loss", kind=MEMORY, bytes_f=ce, kernels=ce_kernels, host_ops=2 * ce_kernels,
            saved=(Saved("per_token_loss", T * FP32),))])

@@ -23,8 +23,10 @@ from oracle.errors import BenchmarkError, InvalidConfigError
 from oracle.flops import FLOP_FORMULA, model_flops_per_token
 from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
-from oracle.layout import Layout, placement_key
-from oracle.memory import chunk_activation_shares, project_memory, rank_param_counts
+from oracle.layout import Layout, bf16_layers, placement_key
+from oracle.memory import chunk_activation_shares, offloaded_bytes_per_microbatch, project_memory, rank_param_counts
+from oracle.opgraph import GEMM, Shapes, layer_ops
+from oracle.optimizers import layer_newton_schulz_s, step_time_s
 from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule, run_schedule_many
 from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
 from oracle.pipeline.schedules.ilp import work_budget as ilp_work_budget
@@ -34,9 +36,6 @@ from oracle.units import GIB
 MODES = ("simulate", "benchmark", "both")
 # FSDP per-phase overlap ceilings (paper App. B.4): forward all-gather, recompute all-gather, reduce-scatter.
 FSDP_CEIL_AG, FSDP_CEIL_RECOMPUTE_AG, FSDP_CEIL_RS = 0.95, 0.93, 0.92
-# Adam step traffic per parameter shard: read fp32 master, grad, m, v (16 B), write master, m, v (12 B)
-# and the bf16 weight (2 B), plus a grad-norm pass (4 B) — multi-tensor-apply kernels are HBM bound.
-OPTIMIZER_BYTES_PER_PARAM = 34
 
 
 @lru_cache(maxsize=256)
@@ -75,19 +74,22 @@ def _add(d: dict[str, float], k: str, v: float) -> None:
         d[k] = d.get(k, 0.0) + v
 
 
-_ChunkKey = tuple[tuple[tuple[tuple[str, int | None, bool], int], ...], bool, bool, int]
+_ChunkKey = tuple[tuple[tuple[tuple[str, int | None, bool, bool], int], ...], bool, bool, int]
 """What a (rank, chunk)'s costs depend on besides the run: its layer groups (kind, window, replayed by full
-recompute) with their counts in layer order, embedding, output (loss), MTP modules."""
+recompute, kept in BF16 by first_last_layers_bf16) with their counts in layer order, embedding, output (loss),
+MTP modules."""
 
 
 def _chunk_key(run: RunConfig, L: Layout, rank: int, chunk: int) -> _ChunkKey:
     m = run.model
     layers = L.stage_layers[rank][chunk]
     n_rec = L.recomputed_layers(rank, chunk)
-    # identical layers cost the same: group by (kind, window, replayed by full recompute)
-    groups: dict[tuple[str, int | None, bool], int] = {}
+    head, tail = bf16_layers(run)
+    # identical layers cost the same: group by (kind, window, replayed by full recompute, BF16)
+    groups: dict[tuple[str, int | None, bool, bool], int] = {}
     for j, i in enumerate(layers):
-        key = (m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None, j < n_rec)
+        hp = i < head or i >= m.num_layers - tail
+        key = (m.layer_kinds[i], m.sliding_window if m.uses_window(i) else None, j < n_rec, hp)
         groups[key] = groups.get(key, 0) + 1
     st = L.stage(rank, chunk)
     return tuple(groups.items()), st.embedding, st.loss, st.mtp
@@ -124,8 +126,8 @@ def _priced_chunk(run: RunConfig, lm: LayerModel, key: _ChunkKey) -> _Chunk:
     f = b = w = rec = comm_f = host_f = host_rec = host_b = 0.0
     exp: dict[str, float] = {}
     tot: dict[str, float] = {}
-    for (kind, window, replayed), n in groups:
-        c = lm.layer(kind, window)
+    for (kind, window, replayed, hp), n in groups:
+        c = lm.layer_bf16(kind, window) if hp and hasattr(lm, "layer_bf16") else lm.layer(kind, window)
         f += n * c.f_s
         b += n * c.b_s
         w += n * c.w_s
@@ -349,9 +351,51 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
             extra_exposed += pg_exp
     shard_dense = dense_p / dp_cp if (t.use_distributed_optimizer or t.fsdp) else dense_p
     shard_exp = expert_p / L.edp if (t.use_distributed_optimizer or t.fsdp) else expert_p
-    optimizer_s = memory_bound_time_s(hw, OPTIMIZER_BYTES_PER_PARAM * (shard_dense + shard_exp), 8)
+    if t.optimizer == "muon":
+        matrices, ns_s = _rank_matrices(run, L, crit)
+        share = min(1.0, matrices / max(1.0, dense_p + expert_p))
+        optimizer_s = step_time_s(run, shard_dense + shard_exp, share, ns_s, dp_cp)
+    else:
+        optimizer_s = step_time_s(run, shard_dense + shard_exp, 0.0, 0.0, 1)
+    if t.cpu_offloading:
+        term = _cpu_offload_term(run, chunks[crit], mb)
+        terms.append(term)
+        extra_exposed += term.exposed_s
 
     return terms, extra_exposed, optimizer_s
+
+
+def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float]:
+    """(2-D weight parameters, Newton-Schulz seconds) of the decoder layers pipeline rank ``rank`` holds, per GPU
+    (the tensor/expert-parallel shards of its op graphs; MTP modules count as decoder layers)."""
+    hw, t = run.cluster.hardware, run.training
+    shapes = Shapes.of(run)
+    kinds, rows = _chunk_kinds(run, L)
+    params = ns = 0.0
+    for c in rows[rank]:
+        groups, _, _, n_mtp = kinds[c]
+        counts = [((kind, window), n) for (kind, window, _, _), n in groups]
+        if n_mtp:
+            counts.append((("moe" if run.model.is_moe else "dense", None), n_mtp))
+        for (kind, window), n in counts:
+            ops = layer_ops(run.model, shapes, kind, window)
+            params += n * sum(op.groups * op.k * op.n for op in ops if op.kind == GEMM and op.has_wgrad)
+            ns += n * layer_newton_schulz_s(hw, ops, t.muon_ns_steps)
+    return params, ns
+
+
+def _cpu_offload_term(run: RunConfig, chunks, mb: int) -> CommTerm:
+    """Megatron-Core CPU offloading (pp = 1): the saved activations (and with ``cpu_offloading_weights`` the
+    weights) of ``cpu_offloading_num_layers`` layers go to host memory during the forward and come back during
+    the backward, over the host link (profile ``host_link_gb_per_s``) beside the other layers' compute: a
+    micro-batch's copies are exposed where they outlast its forward (backward) compute."""
+    hw = run.cluster.hardware
+    nbytes = offloaded_bytes_per_microbatch(run)
+    copy = nbytes / hw.host_link_bytes_per_s if hw.host_link_bytes_per_s else 0.0
+    f = sum(c.f_compute_s for c in chunks)
+    b = sum(c.b_compute_s + c.w_compute_s for c in chunks)
+    exposed = mb * (max(0.0, copy - f) + max(0.0, copy - b))
+    return CommTerm(kind="cpu_offload", total_s=2 * mb * copy, exposed_s=exposed, algorithm="host link")
 
 
 def pipeline_result(run: RunConfig, *, source: LayerTimeSource | None = None):

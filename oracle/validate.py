@@ -23,6 +23,8 @@ from oracle.units import GIB
 REQUIRED_COLUMNS = ("id", "model", "hardware", "num_gpus")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_peak_mem_gib")
 INFO_COLUMNS = ("group", "source", "quality", "notes")
+RECIPE_COLUMNS = ("recipe", "recipe_source")
+"""What a row's run set beyond its layout (oracle.recipe), and where that was read from."""
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
 LIST_KEYS = ("recompute_modules", "cuda_graph_scope")
 RECOMPUTE_GUESS = "the fastest memory setting that fits"
@@ -70,19 +72,29 @@ class RowResult:
     """Software release the row was measured on (NVIDIA tables: the NeMo container in ``group``)."""
     newest: bool = True
     """False when the same configuration was also published for a newer release (history, not target)."""
+    model: str = ""
+    """The row's model cell (per-model figures)."""
+    recipe_priced: tuple[str, ...] = ()
+    """The row's recipe settings that set what was projected (``key=value (what it set)``)."""
+    recipe_ignored: tuple[str, ...] = ()
+    """The row's recipe settings that price nothing, each with why (``key=value (why)``)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("id", "group", "quality", "quantity", "measured", "projected",
                                              "error", "skipped", "fits", "projected_peak_gib",
-                                             "measured_peak_mem_gib", "assumed", "release", "newest")}
+                                             "measured_peak_mem_gib", "assumed", "release", "newest", "model")}
         out["assumed"] = list(self.assumed)
+        out["recipe_priced"] = list(self.recipe_priced)
+        out["recipe_ignored"] = list(self.recipe_ignored)
         return out
 
 
 _RELEASE = re.compile(r"^\s*(\d+(?:\.\d+)+)\b")
 _RECIPE = re.compile(r"fp8_recipe=([a-z0-9_]+)")
-# the columns that are not part of what ran (identity of a configuration = every other column + FP8 recipe)
-_NOT_CONFIG = {"id", "source", "group", "quality", "notes", *MEASURED_COLUMNS}
+# the columns that are not part of what ran (identity of a configuration = every other column + FP8 recipe); the
+# recipe column differs between releases by construction (each release's own settings): a configuration is its
+# layout, so the newest release of a layout is the target whatever its software settings
+_NOT_CONFIG = {"id", "source", "group", "quality", "notes", *MEASURED_COLUMNS, *RECIPE_COLUMNS}
 
 
 def release_of(row: dict[str, str]) -> str | None:
@@ -454,31 +466,103 @@ def _assume_least_recompute(data: dict[str, Any], row: dict[str, str]) -> list[s
             f"{base_mem.peak_bytes / GIB:.1f} of {base_mem.cap_bytes / GIB:.1f} GiB)"]
 
 
+@dataclass(frozen=True, slots=True)
+class RowRun:
+    """What validate projects for one row, and how it got there."""
+
+    run: RunConfig | None
+    assumed: list[str]
+    """Settings the row does not state, with the value taken and why."""
+    skip: str | None
+    """Why the row cannot be projected (None when it can)."""
+    recipe: tuple[Any, ...] = ()
+    """The row's recipe settings (oracle.recipe.RecipeEntry), each priced or ignored with why."""
+
+
 def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunConfig | None, list[str], str | None]:
     """(run, assumed keys, skip reason) for one CSV row; ``base_dir`` resolves relative card paths."""
+    r = read_row(row, base_dir)
+    return r.run, r.assumed, r.skip
+
+
+def _cell_value(key: str, value: Any) -> Any:
+    """A cell or recipe value as the training config reads it (for comparing the two)."""
+    from oracle.schema import coerce
+    hints = _TRAINING_HINTS()
+    try:
+        return coerce(value, hints[key], key)
+    except (ValueError, KeyError):
+        return value
+
+
+_HINTS_CACHE: dict[str, Any] = {}
+
+
+def _TRAINING_HINTS() -> dict[str, Any]:
+    if not _HINTS_CACHE:
+        import typing
+        _HINTS_CACHE.update(typing.get_type_hints(TrainingConfig, include_extras=True))
+    return _HINTS_CACHE
+
+
+def _published_recipe(training: dict[str, Any], row: dict[str, str]) -> tuple[list[Any], dict[str, Any]]:
+    """The row's ``recipe`` cell (oracle.recipe) merged under its columns: a column the row prints wins over
+    the recipe (the table printed what ran), the recipe fills what the columns leave empty. Returns the
+    recipe's entries (a conflicting setting becomes ignored, naming the column) and the keys it set."""
+    from oracle.recipe import IGNORED, RecipeEntry, read_recipe
+    text = (row.get("recipe") or "").strip()
+    if not text:
+        return [], {}
+    try:
+        reading = read_recipe(text)
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(f"recipe cell: {exc}") from None
+    entries = list(reading.entries)
+    took: dict[str, Any] = {}
+    for key, value in reading.training.items():
+        if key in training:
+            stated = _cell_value(key, training[key])
+            if stated != _cell_value(key, value):
+                entries.append(RecipeEntry(key, value, IGNORED, f"the row's {key} column says {training[key]}"))
+            continue
+        training[key] = value
+        took[key] = value
+    return entries, took
+
+
+def read_row(row: dict[str, str], base_dir: Path | None = None) -> RowRun:
+    """The run validate projects for one CSV row, what it assumed and what its recipe set."""
     training: dict[str, Any] = {}
-    assumed = []
+    assumed: list[str] = []
     for k in TRAINING_KEYS:
         v = (row.get(k) or "").strip()
         if v == "":
             if k in ("seq_len", "gbs"):
-                return None, assumed, f"{k} is not published for this row (no default exists)"
-            if k in row:
-                assumed.append(k)
+                return RowRun(None, assumed, f"{k} is not published for this row (no default exists)")
             continue
         # a list-valued key in one cell: "moe_act+layernorm", "[moe_act, layernorm]" or space-separated
         training[k] = [x for x in re.split(r"[\s,+\[\]]+", v) if x] if k in LIST_KEYS else v
     ng = (row.get("num_gpus") or "").strip()
     if not ng:
-        return None, assumed, "num_gpus is not published"
+        return RowRun(None, assumed, "num_gpus is not published")
     try:
         num_gpus = int(float(ng))
     except (ValueError, OverflowError):  # 'abc', 'nan'; 'inf', '1e400'
-        return None, assumed, f"num_gpus={clip(repr(ng), 80)} is not a whole number of GPUs"
+        return RowRun(None, assumed, f"num_gpus={clip(repr(ng), 80)} is not a whole number of GPUs")
     data = {"model": _resolve((row.get("model") or "").strip(), base_dir),  # a short row's missing cells are None
             "cluster": {"hardware": _resolve((row.get("hardware") or "").strip(), base_dir), "num_gpus": num_gpus},
             "training": training}
     assumed += _published_spellings(training)
+    try:
+        recipe, from_recipe = _published_recipe(training, row)
+    except InvalidConfigError as exc:
+        return RowRun(None, assumed, str(exc))
+    has_recipe = bool(recipe)
+    if "mtp_num_layers" in from_recipe and _NO_MTP.search(row.get("notes") or ""):
+        from oracle.recipe import IGNORED, RecipeEntry
+        recipe.append(RecipeEntry("mtp_num_layers", training.pop("mtp_num_layers"), IGNORED,
+                                  "the row's notes: variant=w/o MTP"))
+        del from_recipe["mtp_num_layers"]
     assumed += _published_framework(training, row)
     assumed += _published_fp8_recipe(training, row)
     assumed += _published_variant(data, row)
@@ -487,13 +571,43 @@ def row_to_run(row: dict[str, str], base_dir: Path | None = None) -> tuple[RunCo
         assumed += _assume_recipe_layout(data, row)
     if "moe_a2a_backend" not in training:
         assumed += _assume_cross_domain_dispatcher(data, row)
-    if "recompute" not in training and "recompute_num_layers" not in training:
+    # a recipe states every memory setting it changed (an absent key ran the framework default): nothing to guess
+    if not has_recipe and "recompute" not in training and "recompute_num_layers" not in training:
         assumed += _assume_least_recompute(data, row)
-    try:
-        run = RunConfig.from_dict(data, where=f"row {row.get('id')}")
-    except PrimusError as exc:
-        return None, assumed, "; ".join(str(exc).splitlines())
-    return run, assumed, None
+    run, recipe, skip = _legal_with_recipe(data, row, recipe, from_recipe, assumed)
+    if skip is not None:
+        return RowRun(None, assumed, skip, tuple(recipe))
+    unstated = [k for k in TRAINING_KEYS if k in row and not (row.get(k) or "").strip() and k not in training]
+    return RowRun(run, unstated + assumed, None, tuple(recipe))
+
+
+def _legal_with_recipe(data: dict[str, Any], row: dict[str, str], recipe: list[Any], from_recipe: dict[str, Any],
+                       assumed: list[str]) -> tuple[RunConfig | None, list[Any], str | None]:
+    """Parse ``data``; where only recipe-set keys make it illegal (a recipe read from a release whose code
+    does not reproduce the printed layout), drop those keys, each listed as ignored with the problem; a dropped
+    pipeline layout drops the recipe's other layout keys too and takes the framework's uneven rule instead
+    (``_assume_recipe_layout``, said in ``assumed``)."""
+    from oracle.recipe import IGNORED, RecipeEntry
+    where = f"row {row.get('id')}"
+    dropped: list[Any] = []
+    for _ in range(len(from_recipe) + 1):
+        try:
+            return RunConfig.from_dict(data, where=where), recipe + dropped, None
+        except PrimusError as exc:
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            culprits = [k for k in from_recipe if k in data["training"]
+                        and any(re.search(rf"\b{re.escape(k)}\b", p) for p in problems)]
+            if not culprits:
+                return None, recipe + dropped, "; ".join(str(exc).splitlines())
+            if any(k in LAYOUT_KEYS for k in culprits):
+                culprits += [k for k in from_recipe if k in LAYOUT_KEYS and k in data["training"] and k not in culprits]
+            for k in culprits:
+                why = next((p for p in problems if re.search(rf"\b{re.escape(k)}\b", p)), problems[0])
+                dropped.append(RecipeEntry(k, data["training"].pop(k), IGNORED,
+                                           f"illegal with the row's printed layout: {clip(why, 160)}"))
+            if any(k in LAYOUT_KEYS for k in culprits) and not any(k in data["training"] for k in LAYOUT_KEYS):
+                assumed += _assume_recipe_layout(data, row)
+    return None, recipe + dropped, "the recipe's settings could not be made legal"
 
 
 def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | Path | None = None, *,
@@ -535,16 +649,20 @@ def _row_results(rows: list[dict[str, str]], base: Path | None, project_fn: Any)
             continue
         quantity = "tokens_per_s_per_gpu" if tps is not None else ("tflops_per_gpu" if tfl is not None else None)
         measured = tps if tps is not None else tfl
-        run, assumed, skip = row_to_run(row, base)
+        rr = read_row(row, base)
+        run, assumed, skip = rr.run, rr.assumed, rr.skip
+        recipe = {"recipe_priced": tuple(e.describe() for e in rr.recipe if e.status == "priced"),
+                  "recipe_ignored": tuple(e.describe() for e in rr.recipe if e.status == "ignored"),
+                  "model": (row.get("model") or "").strip()}
         if quantity is None and skip is None:
             skip = "no measured throughput in this row"
         if skip is not None:
             out.append(RowResult(id=rid, group=group, quality=quality, quantity=quantity, measured=measured,
-                                 skipped=skip, measured_peak_mem_gib=mem, assumed=tuple(assumed)))
+                                 skipped=skip, measured_peak_mem_gib=mem, assumed=tuple(assumed), **recipe))
             continue
         assert run is not None and quantity is not None
         todo.append((len(out), run, tuple(assumed), quantity, measured, mem))
-        out.append(RowResult(id=rid, group=group, quality=quality, quantity=quantity, measured=measured))
+        out.append(RowResult(id=rid, group=group, quality=quality, quantity=quantity, measured=measured, **recipe))
     if project_fn is None:
         from oracle.projector import project_many
         projections = project_many([t[1] for t in todo])

@@ -207,7 +207,7 @@ def applicable(kind: str, lv: Levels, backend: str) -> tuple[str, ...]:
     """Algorithms of ``kind`` that exist for this layout and backend, in tie-break order."""
     multi = len(lv) > 1
     if kind == "all_to_all":
-        if backend == "deepep":
+        if backend in ("deepep", "hybridep"):  # the flex dispatcher's backends (docs/comm.md "Flex dispatcher")
             return ("pxn",)
         return ("direct", "hierarchical") if multi else ("direct",)
     out = []
@@ -223,7 +223,7 @@ def applicable(kind: str, lv: Levels, backend: str) -> tuple[str, ...]:
 def protocols(kind: str, backend: str) -> tuple[str, ...]:
     """Protocols a call may use. DeepEP normal (training) kernels have one wire format (Simple here);
     its LL kernels are the low-latency decoding path."""
-    return ("simple",) if backend == "deepep" else tuple(PROTOCOLS)
+    return ("simple",) if backend in ("deepep", "hybridep") else tuple(PROTOCOLS)
 
 
 def run(topo: Topology, kind: str, algo: str, lv: Levels, S: float, p: Protocol,

@@ -11,7 +11,9 @@ from oracle.hardware import HardwareProfile
 from oracle.layout import GroupSpec
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-BACKENDS = ("alltoall", "deepep")
+BACKENDS = ("alltoall", "deepep", "hybridep")
+"""All-to-all implementations: NCCL/RCCL, and the two flex-dispatcher backends (GPU-initiated, deduplicated)."""
+FLEX_BACKENDS = ("deepep", "hybridep")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +58,7 @@ def _check_choice(kind: str, lv: Levels, backend: str, algorithm: str | None, pr
 @lru_cache(maxsize=65536)
 def _candidates(topo: Topology, kind: str, lv: Levels, S: float, backend: str, topk: int,
                 algorithm: str | None, protocol: str | None) -> tuple[CollectiveCost, ...]:
-    launch = topo.kernel_launch_s if backend == "deepep" else topo.collective_launch_s
+    launch = topo.kernel_launch_s if backend in FLEX_BACKENDS else topo.collective_launch_s
     domain = lv[-1][1]
     out = []
     for a in ((algorithm,) if algorithm else applicable(kind, lv, backend)):
@@ -80,7 +82,7 @@ def candidates(topo: Topology, kind: str, group: GroupSpec, nbytes: float, *, al
     if not lv or nbytes == 0:
         return (ZERO,)
     _check_choice(kind, lv, backend, algorithm, protocol)
-    return _candidates(topo, kind, lv, float(nbytes), backend, topk if backend == "deepep" else 1,
+    return _candidates(topo, kind, lv, float(nbytes), backend, topk if backend in FLEX_BACKENDS else 1,
                        algorithm, protocol)
 
 
@@ -112,9 +114,10 @@ def all_to_all(topo: Topology, group: GroupSpec, nbytes: float, *, backend: str 
     """All-to-all where each rank sends ``nbytes`` in total, nbytes/n per destination including itself.
 
     ``backend='alltoall'``: NCCL/RCCL (direct or hierarchical); ``'deepep'``: DeepEP normal kernels
-    (PXN-style, fused kernel launch). ``topk``: copies per token inside ``nbytes`` (MoE top-k, experts
-    uniform over ranks); DeepEP sends a token once per destination node over RDMA and once per
-    destination rank over NVLink, so it shrinks the bytes (deepep only; NCCL sends every copy).
+    (PXN-style, fused kernel launch); ``'hybridep'``: HybridEP, the same two-level exchange with the whole
+    scale-up (NVLink) domain as its inner level. ``topk``: copies per token inside ``nbytes`` (MoE top-k,
+    experts uniform over ranks); the flex backends send a token once per destination domain over RDMA and
+    once per destination rank over NVLink, so they shrink the bytes (NCCL sends every copy).
     """
     return _pick(candidates(topo, "all_to_all", group, nbytes, algorithm=algorithm, protocol=protocol,
                             backend=backend, topk=topk))

@@ -1,0 +1,735 @@
+"""A run's recipe in Megatron-Core / Megatron-Bridge words, read onto the training config (and written back).
+
+A *recipe* is what a launch sets beyond the model card and the cluster: the parallel layout, the overlap and
+fusion switches, CUDA graphs, the MoE dispatcher, FP8 options, recompute, offloading. It comes in three
+spellings, all read here by one table (``SETTINGS``):
+
+* ``key=value;key=value`` - the ``recipe`` column of ../shared/validation/published-nvidia.csv, read from the
+  releases' own Megatron-Bridge performance scripts (``recipes.md`` there);
+* a mapping - a config file's ``recipe:`` section (same names);
+* a Megatron-LM command line - ``--tensor-model-parallel-size 4 --overlap-moe-expert-parallel-comm ...``
+  (``raytune-primus project --megatron-args``).
+
+Names are Megatron-Core's config fields (TransformerConfig, ModelParallelConfig, DistributedDataParallelConfig,
+OptimizerConfig), Megatron-Bridge's (``comm_overlap.*``, ``ddp.*``, ``mixed_precision.*``, workload flags) or
+Megatron-LM's command-line flags (dashes for underscores). Every key is accounted for: ``priced`` (it sets a
+training value the projection uses, or states what the projection already assumes) or ``ignored`` with the
+reason (a launcher environment variable, an inference-only switch, a setting this model does not price).
+Nothing is dropped silently. ``megatron_args`` inverts the mapping for ``export --to megatron``.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oracle.errors import InvalidConfigError, clip
+
+PRICED, IGNORED = "priced", "ignored"
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeEntry:
+    """One recipe setting and what became of it."""
+
+    key: str
+    """The name as given (``comm_overlap.overlap_moe_expert_parallel_comm``, ``--bf16``, ``env.NCCL_...``)."""
+    value: Any
+    """The value as read (bools, numbers and lists parsed; a bare command-line flag is True)."""
+    status: str
+    """``priced`` or ``ignored``."""
+    why: str = ""
+    """What it set, or why it is ignored."""
+
+    def describe(self) -> str:
+        v = _show(self.value)
+        return f"{self.key}={v}" + (f" ({self.why})" if self.why else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecipeReading:
+    """A recipe read onto training-config keys."""
+
+    training: dict[str, Any] = field(default_factory=dict)
+    """TrainingConfig keys and values the recipe sets."""
+    entries: tuple[RecipeEntry, ...] = ()
+    """Every key of the recipe, priced or ignored."""
+
+    @property
+    def ignored(self) -> tuple[RecipeEntry, ...]:
+        return tuple(e for e in self.entries if e.status == IGNORED)
+
+    @property
+    def priced(self) -> tuple[RecipeEntry, ...]:
+        return tuple(e for e in self.entries if e.status == PRICED)
+
+
+# ------------------------------------------------------------------------------------------------ values
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(map(str, v)) + "]"
+    return str(v)
+
+
+def parse_value(text: Any) -> Any:
+    """A recipe value as Python: true/false, None, ints, floats, ``[a,b]`` lists, else the string."""
+    if not isinstance(text, str):
+        return list(text) if isinstance(text, tuple) else text
+    v = text.strip()
+    low = v.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if v.startswith("[") and v.endswith("]"):
+        inner = v[1:-1].strip()
+        return [parse_value(x) for x in re.split(r"\s*,\s*", inner)] if inner else []
+    if re.fullmatch(r"[+-]?\d+", v):
+        return int(v)
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def _bool(v: Any, key: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.strip().lower() in ("true", "1", "yes")
+    raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} must be true or false")
+
+
+def _int(v: Any, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} must be a whole number")
+    return int(v)
+
+
+def _float(v: Any, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} must be a number")
+    return float(v)
+
+
+def _list(v: Any) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [x for x in re.split(r"[\s,+\[\]]+", v) if x]
+    return [str(x) for x in v]
+
+
+# ------------------------------------------------------------------------------------------------ names
+PREFIXES = ("workload_base_config.", "model.", "comm_overlap.", "ddp.", "mixed_precision.", "optimizer.", "train.",
+            "dist.", "checkpoint.", "transformer_config.")
+"""Megatron-Bridge ConfigContainer sections and perf-script workload prefixes: the field name after them is the
+Megatron-Core / Bridge field (a ``ddp.`` field loses to the same bare field set by the mixed-precision recipe)."""
+
+ALIASES: dict[str, str] = {
+    # Megatron-LM command-line flags whose names differ from the config fields
+    "overlap_moe_expert_parallel_comm": "moe_a2a_overlap",
+    "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep", "expert_tensor_parallel_size": "etp",
+    "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
+    "micro_batch_size": "mbs", "global_batch_size": "gbs", "seq_length": "seq_len", "encoder_seq_length": "seq_len",
+    "moe_enable_deepep": "moe_enable_deepep", "moe_deepep_num_sms": "moe_flex_dispatcher_num_sms",
+    "moe_hybridep_num_sms": "moe_flex_dispatcher_num_sms", "cuda_graph_modules": "cuda_graph_scope",
+    "defer_embedding_wgrad_compute": "defer_embedding_wgrad", "cross_entropy_loss_fusion": "loss_fusion",
+    "recompute_activations": "recompute_activations", "moe_paged_stash_buffer_size_factor_cuda":
+        "moe_paged_stash_buffer_factor", "decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
+    "overlap_grad_reduce": "overlap_grad_reduce", "moe_a2a_overlap": "moe_a2a_overlap",
+}
+"""Other names of a setting -> the name SETTINGS knows it by."""
+
+
+def canonical(key: str) -> str:
+    """A setting's canonical name: prefixes stripped, dashes as underscores, aliases resolved."""
+    k = key.strip().lstrip("-").replace("-", "_")
+    for pre in PREFIXES:
+        if k.startswith(pre):
+            k = k[len(pre):]
+            break
+    return ALIASES.get(k, k)
+
+
+# ------------------------------------------------------------------------------------------------ the table
+Handler = Callable[[Any, str, dict[str, Any], dict[str, Any]], str]
+"""(value, key as given, training out, every canonical setting) -> what it priced; raise _Ignore(why) to ignore."""
+
+
+class _Ignore(Exception):
+    """A setting that prices nothing, with the reason."""
+
+
+def _set(key: str, conv: Callable[[Any, str], Any] = lambda v, k: v, note: str = "") -> Handler:
+    """A setting that maps one-to-one onto the TrainingConfig key ``key``."""
+    def handler(v: Any, given: str, out: dict[str, Any], _all: dict[str, Any]) -> str:
+        out[key] = conv(v, given)
+        return note or (f"training.{key}" if key != canonical(given) else "")
+    return handler
+
+
+def _same(expected: Any, why: str, other: str) -> Handler:
+    """A setting the projection prices only at ``expected`` (what it assumes): other values are ignored."""
+    def handler(v: Any, given: str, out: dict[str, Any], _all: dict[str, Any]) -> str:
+        if v == expected or (isinstance(expected, bool) and _bool(v, given) == expected):
+            return why
+        raise _Ignore(other)
+    return handler
+
+
+def _ignore(why: str) -> Handler:
+    def handler(v: Any, given: str, out: dict[str, Any], _all: dict[str, Any]) -> str:
+        raise _Ignore(why)
+    return handler
+
+
+def _flag(key: str) -> Handler:
+    return _set(key, _bool)
+
+
+def _precision_flag(precision: str) -> Handler:
+    def handler(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+        if _bool(v, given) and "precision" not in out:
+            out["precision"] = precision
+            return f"training.precision={precision}"
+        raise _Ignore("the mixed-precision base; the FP8/FP4 recipe decides the GEMM precision")
+    return handler
+
+
+def _fp8_format(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if v in (None, False, "none", ""):
+        raise _Ignore("no FP8")
+    if str(v).lower() not in ("e4m3", "hybrid"):
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid FP8 formats are e4m3 and hybrid")
+    if out.get("precision") != "nvfp4":
+        out["precision"] = "fp8"
+    return "training.precision=fp8 (e4m3 and hybrid (e5m2 gradients) run at the same FP8 rate)"
+
+
+_FP8_RECIPES = {"delayed": "delayed", "tensorwise": "tensorwise", "current_scaling": "tensorwise", "mxfp8": "mxfp8",
+                "blockwise": "blockwise"}
+
+
+def _fp8_recipe(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    name = str(v).lower()
+    if name not in _FP8_RECIPES:
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid FP8 recipes are {', '.join(_FP8_RECIPES)}")
+    if out.get("precision") == "nvfp4" or ("fp4_recipe" in every and every.get("fp8_format") is None):
+        raise _Ignore("the run trains in NVFP4 (fp4_recipe): the FP8 recipe scales nothing priced")
+    out["precision"] = "fp8"
+    out["fp8_recipe"] = _FP8_RECIPES[name]
+    return f"training.precision=fp8, fp8_recipe={_FP8_RECIPES[name]}"
+
+
+def _fp4_recipe(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if str(v).lower() != "nvfp4":
+        raise InvalidConfigError(f"recipe {given}={v!r}: the only FP4 recipe is nvfp4")
+    out["precision"] = "nvfp4"
+    out.pop("fp8_recipe", None)
+    return "training.precision=nvfp4"
+
+
+def _param_gather(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    out["fp8_param_gather"] = _bool(v, given)
+    return "training.fp8_param_gather (FP4 weights under nvfp4)" if canonical(given) == "fp4_param_gather" else ""
+
+
+def _recompute_granularity(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    g = "none" if v in (None, False) else str(v).lower()
+    if g not in ("none", "full", "selective"):
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid granularities are full and selective (or none)")
+    mods = every.get("recompute_modules")
+    if g == "selective" and mods is not None and not _list(mods):
+        out["recompute"] = "none"
+        return "training.recompute=none (selective with recompute_modules=[] recomputes nothing)"
+    out["recompute"] = g
+    return "training.recompute"
+
+
+def _recompute_modules(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    mods = _list(v)
+    if str(every.get("recompute_granularity", "")).lower() != "selective":
+        raise _Ignore("recompute_modules apply to selective recompute only, which the recipe does not set")
+    if not mods:
+        return "recomputes nothing (see recompute_granularity)"
+    out["recompute_modules"] = mods
+    return "training.recompute_modules"
+
+
+def _recompute_method(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if str(v).lower() == "block":
+        return "full recompute of the first recompute_num_layers layers of each stage (the op graph's rule)"
+    if str(v).lower() == "uniform" and every.get("recompute_num_layers") in (None, 1):
+        return "uniform with one layer per group: every layer recomputed (as block with all layers)"
+    raise _Ignore(f"recompute_method={v}: only 'block' placement is priced (uniform groups of several layers "
+                  f"recompute the same count of layers)")
+
+
+def _recompute_activations(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if _bool(v, given):
+        out.setdefault("recompute", "selective")
+        return "training.recompute=selective"
+    raise _Ignore("off")
+
+
+def _dispatcher_type(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    kind = str(v).lower()
+    if kind == "alltoall":
+        out["moe_a2a_backend"] = "alltoall"
+        return "training.moe_a2a_backend=alltoall"
+    if kind == "flex":
+        backend = str(every.get("moe_flex_dispatcher_backend",
+                                "deepep" if every.get("moe_enable_deepep") else "")).lower()
+        if backend not in ("deepep", "hybridep"):
+            raise InvalidConfigError(f"recipe {given}=flex needs moe_flex_dispatcher_backend deepep or hybridep, "
+                                     f"got {backend or '(unset)'}")
+        out["moe_a2a_backend"] = backend
+        return f"training.moe_a2a_backend={backend}"
+    if kind == "allgather":
+        raise _Ignore("the allgather dispatcher is not priced (Megatron's default for MoE recipes is alltoall)")
+    raise InvalidConfigError(f"recipe {given}={v!r}: valid dispatchers are alltoall, flex and allgather")
+
+
+def _flex_backend(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    backend = str(v).lower()
+    if backend not in ("deepep", "hybridep", "ncclep"):
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid flex backends are deepep, hybridep and ncclep")
+    if str(every.get("moe_token_dispatcher_type", "flex")).lower() != "flex":
+        raise _Ignore(f"the dispatcher is {every.get('moe_token_dispatcher_type')}, not flex")
+    if backend == "ncclep":
+        raise _Ignore("the NCCL-EP flex backend is not priced")
+    return "with moe_token_dispatcher_type=flex"
+
+
+def _enable_deepep(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if not _bool(v, given):
+        raise _Ignore("off")
+    if "moe_token_dispatcher_type" not in every:
+        out["moe_a2a_backend"] = "deepep"
+    return "training.moe_a2a_backend=deepep (the legacy switch for the flex dispatcher with DeepEP)"
+
+
+def _cuda_graph_impl(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    impl = str(v).lower()
+    if impl not in ("none", "local", "transformer_engine", "full_iteration"):
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid values are none, local, transformer_engine, "
+                                 f"full_iteration")
+    scope = [s for s in _list(every.get("cuda_graph_scope")) if s != "full"]
+    out["cuda_graph_impl"] = impl
+    if impl == "none":
+        out["cuda_graph_scope"] = []
+    elif impl == "local" and scope == ["full_iteration"]:
+        out["cuda_graph_impl"], out["cuda_graph_scope"] = "full_iteration", []
+        return "training.cuda_graph_impl=full_iteration (local + scope full_iteration, the pre-0.16 spelling)"
+    return f"training.cuda_graph_impl={impl}"
+
+
+def _cuda_graph_scope(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    impl = str(every.get("cuda_graph_impl", "none")).lower()
+    if every.get("enable_cuda_graph") is True:
+        impl = "local"
+    scope = [s for s in _list(v) if s != "full"]
+    if impl in ("none", "full_iteration"):
+        raise _Ignore(f"cuda_graph_impl={impl}: the scope captures nothing more")
+    if impl == "local" and scope == ["full_iteration"]:
+        return "with cuda_graph_impl: one graph per iteration"
+    out["cuda_graph_scope"] = scope
+    return "training.cuda_graph_scope"
+
+
+def _enable_cuda_graph(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if not _bool(v, given):
+        raise _Ignore("off")
+    if str(every.get("cuda_graph_impl", "none")).lower() == "none":
+        out["cuda_graph_impl"] = "local"
+        out.setdefault("cuda_graph_scope", [s for s in _list(every.get("cuda_graph_scope")) if s != "full"])
+    return "training.cuda_graph_impl=local (the legacy switch for Megatron-Core per-layer graphs)"
+
+
+def _a2a_overlap(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    out["moe_a2a_overlap"] = on = _bool(v, given)
+    if on and "delay_wgrad_compute" not in every:
+        out["delay_wgrad_compute"] = True  # Megatron-Bridge's setter turns both on (recipes.md)
+        return "training.moe_a2a_overlap (+ delay_wgrad_compute, set with it by Megatron-Bridge)"
+    return "training.moe_a2a_overlap"
+
+
+def _force_balance(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if _bool(v, given):
+        out["moe_imbalance"] = 1.0
+        return "training.moe_imbalance=1.0 (routing forced to balance)"
+    raise _Ignore("free routing: its imbalance is a property of the data; the projection keeps training.moe_imbalance")
+
+
+def _fused_mlp(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if not _bool(v, given):
+        out.setdefault("fused_grouped_mlp", False)
+        return "unfused grouped experts (the op graph's default)"
+    cutedsl = _bool(every.get("cutedsl_fused_grouped_mlp", False), "cutedsl_fused_grouped_mlp") or \
+        str(every.get("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0")) == "1"
+    if canonical(given) == "use_transformer_engine_op_fuser":
+        if not cutedsl:
+            raise _Ignore("the TE op fuser without the CuTe DSL grouped MLP runs the same grouped GEMMs and "
+                          "activation kernels: priced as unfused")
+        out["fused_grouped_mlp"] = True
+        return "training.fused_grouped_mlp (with the CuTe DSL grouped MLP)"
+    if not _bool(every.get("use_transformer_engine_op_fuser", False), "use_transformer_engine_op_fuser"):
+        raise _Ignore("the CuTe DSL grouped MLP runs inside Transformer Engine's op fuser, which the recipe leaves off")
+    return "with use_transformer_engine_op_fuser: training.fused_grouped_mlp"
+
+
+def _env(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    name = given.split(".", 1)[1] if "." in given else given
+    if name == "NVTE_CUTEDSL_FUSED_GROUPED_MLP":
+        if str(v) == "1" and _bool(every.get("use_transformer_engine_op_fuser", False), "use_transformer_engine_op_fuser"):
+            return "with use_transformer_engine_op_fuser: training.fused_grouped_mlp"
+        raise _Ignore("the CuTe DSL grouped MLP runs inside Transformer Engine's op fuser, which the recipe leaves off")
+    if name in ("NVLINK_DOMAIN_SIZE", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL"):
+        raise _Ignore("HybridEP's view of the NVLink domain: the hardware profile's scale-up domain prices it")
+    raise _Ignore("a launcher environment variable: not a priced setting")
+
+
+def _sharding(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    s = str(v).lower()
+    if not _bool(every.get("use_megatron_fsdp", False), "use_megatron_fsdp"):
+        raise _Ignore("Megatron-FSDP's sharding strategy; the recipe does not run Megatron-FSDP")
+    if s == "optim_grads_params":
+        out["fsdp"] = True
+        return "training.fsdp=true (ZeRO-3: parameters, gradients and optimizer state sharded)"
+    if s == "no_shard":
+        return "no FSDP sharding (the distributed optimizer decides the optimizer state's)"
+    if s == "optim":
+        out["use_distributed_optimizer"] = True
+        return "training.use_distributed_optimizer=true (ZeRO-1)"
+    raise _Ignore(f"sharding strategy {s}: ZeRO-2 (gradients sharded, parameters not) is not priced")
+
+
+def _megatron_fsdp(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    on = _bool(v, given)
+    out["use_megatron_fsdp"] = on
+    if on:
+        if str(every.get("data_parallel_sharding_strategy", "optim_grads_params")).lower() == "optim_grads_params":
+            out["fsdp"] = True
+        return "training.use_megatron_fsdp (fsdp=true with ZeRO-3 sharding)"
+    return "training.use_megatron_fsdp=false"
+
+
+def _fsdp_flag(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if not _bool(v, given):
+        raise _Ignore("off")
+    if not _bool(every.get("use_megatron_fsdp", False), "use_megatron_fsdp"):
+        raise _Ignore("a Megatron-FSDP option; the recipe does not run Megatron-FSDP")
+    out[canonical(given)] = True
+    return f"training.{canonical(given)}"
+
+
+def _grad_fp32(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if given.startswith("ddp.") and "grad_reduce_in_fp32" in every and every.get("_bare_grad_fp32"):
+        raise _Ignore("overridden by the mixed-precision recipe's grad_reduce_in_fp32, which Megatron-Bridge "
+                      "copies onto the DDP config")
+    out["grad_reduce_in_fp32"] = _bool(v, given)
+    return "training.grad_reduce_in_fp32"
+
+
+def _mtp(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    out["mtp_num_layers"] = 0 if v is None else _int(v, given)
+    return "training.mtp_num_layers"
+
+
+def _layout_split(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if every.get("pipeline_model_parallel_layout"):
+        raise _Ignore("the explicit pipeline_model_parallel_layout places the embedding and loss")
+    out[canonical(given)] = _bool(v, given)
+    return ""
+
+
+def _loss_fusion(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if canonical(given) == "cross_entropy_fusion_impl":
+        if str(v).lower() in ("te", "native"):
+            out.setdefault("loss_fusion", True)
+            return "training.loss_fusion=true (a fused vocab-parallel cross entropy either way)"
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid values are te and native")
+    out["loss_fusion"] = _bool(v, given)
+    return "training.loss_fusion"
+
+
+SETTINGS: dict[str, Handler] = {
+    # layout and batch
+    "tp": _set("tp", _int), "pp": _set("pp", _int), "vpp": _set("vpp", _int), "cp": _set("cp", _int),
+    "ep": _set("ep", _int), "etp": _set("etp", _int), "mbs": _set("mbs", _int), "gbs": _set("gbs", _int),
+    "seq_len": _set("seq_len", _int), "sequence_parallel": _flag("sequence_parallel"),
+    "pipeline_model_parallel_layout": _set("pipeline_model_parallel_layout", lambda v, k: str(v)),
+    "decoder_first_pipeline_num_layers": _set("decoder_first_pipeline_num_layers", _int),
+    "decoder_last_pipeline_num_layers": _set("decoder_last_pipeline_num_layers", _int),
+    "account_for_embedding_in_pipeline_split": _layout_split, "account_for_loss_in_pipeline_split": _layout_split,
+    # precision
+    "bf16": _precision_flag("bf16"), "fp16": _precision_flag("bf16"),
+    "fp8_format": _fp8_format, "fp8": _fp8_format, "fp8_recipe": _fp8_recipe, "fp4_recipe": _fp4_recipe,
+    "fp4": _fp4_recipe, "fp4_format": _ignore("the NVFP4 element format (e2m1) is fixed by fp4_recipe"),
+    "fp8_param_gather": _param_gather, "fp4_param_gather": _param_gather,
+    "fp8_dot_product_attention": _flag("fp8_dot_product_attention"), "fp8_output_proj": _flag("fp8_output_proj"),
+    "first_last_layers_bf16": _flag("first_last_layers_bf16"),
+    "num_layers_at_start_in_bf16": _set("num_layers_at_start_in_bf16", _int),
+    "num_layers_at_end_in_bf16": _set("num_layers_at_end_in_bf16", _int),
+    "reuse_grad_buf_for_mxfp8_param_ag": _ignore("the MXFP8 parameter all-gather's staging buffer borrows the "
+                                                 "gradient buffer; this memory accounting holds no separate one"),
+    "moe_router_padding_for_fp8": _ignore("pads the routing map to FP8 GEMM alignment (< 32 rows per expert); "
+                                          "the expert GEMMs are priced on whole tiles either way"),
+    "moe_router_padding_for_quantization": _ignore("pads the routing map to FP8 GEMM alignment (< 32 rows per "
+                                                   "expert); the expert GEMMs are priced on whole tiles either way"),
+    "use_precision_aware_optimizer": _ignore("with Megatron's default state dtypes (fp32 master, m, v) the fused "
+                                             "optimizer keeps the same bytes"),
+    # recompute
+    "recompute_granularity": _recompute_granularity, "recompute_modules": _recompute_modules,
+    "recompute_method": _recompute_method, "recompute_num_layers": _set("recompute_num_layers", _int),
+    "recompute_activations": _recompute_activations,
+    # MoE dispatch
+    "moe_token_dispatcher_type": _dispatcher_type, "moe_flex_dispatcher_backend": _flex_backend,
+    "moe_enable_deepep": _enable_deepep, "moe_flex_dispatcher_num_sms": _set("moe_flex_dispatcher_num_sms", _int),
+    "moe_hybridep_num_sms_preprocessing": _ignore("SMs of HybridEP's metadata preprocessing, which runs before the "
+                                                  "dispatch, not beside compute"),
+    "moe_a2a_overlap": _a2a_overlap, "delay_wgrad_compute": _flag("delay_wgrad_compute"),
+    "moe_shared_expert_overlap": _flag("moe_shared_expert_overlap"),
+    "moe_router_fusion": _flag("moe_router_fusion"),
+    "moe_permute_fusion": _same(True, "the op graph's fused permute/unpermute",
+                                "unfused permutation is not priced (every published recipe fuses it)"),
+    "moe_grouped_gemm": _same(True, "the op graph's grouped expert GEMMs",
+                              "sequential per-expert MLPs are not priced (every published recipe groups them)"),
+    "moe_expert_capacity_factor": _set("moe_expert_capacity_factor", lambda v, k: None if v is None else _float(v, k)),
+    "moe_pad_expert_input_to_capacity": _flag("moe_pad_expert_input_to_capacity"),
+    "moe_router_force_load_balancing": _force_balance,
+    "moe_expert_rank_capacity_factor": _set("moe_expert_rank_capacity_factor",
+                                            lambda v, k: None if v is None else _float(v, k)),
+    "moe_paged_stash": _flag("moe_paged_stash"),
+    "moe_paged_stash_buffer_factor": _set("moe_paged_stash_buffer_factor", _float),
+    "moe_paged_stash_buffer_size_factor_cpu": _ignore("the paged stash's host overflow buffer: host memory, not HBM"),
+    "moe_mlp_glu_interleave_size": _ignore("the fused grouped MLP's weight layout: no cost"),
+    "moe_pad_experts_for_cuda_graph_inference": _ignore("an inference-only switch"),
+    "high_priority_a2a_comm_stream": _ignore("stream priority: the overlap model already starts each all-to-all as "
+                                             "soon as its input is ready"),
+    "use_transformer_engine_op_fuser": _fused_mlp, "cutedsl_fused_grouped_mlp": _fused_mlp,
+    "mtp_num_layers": _mtp,
+    # CUDA graphs
+    "cuda_graph_impl": _cuda_graph_impl, "cuda_graph_scope": _cuda_graph_scope,
+    "enable_cuda_graph": _enable_cuda_graph,
+    # overlap and data parallel
+    "tp_comm_overlap": _flag("tp_comm_overlap"), "overlap_grad_reduce": _flag("overlap_grad_reduce"),
+    "overlap_param_gather": _flag("overlap_param_gather"),
+    "overlap_param_gather_with_optimizer_step": _ignore("starts the parameter all-gather in the optimizer step "
+                                                        "(interleaved pipelines); priced as overlap_param_gather"),
+    "align_param_gather": _ignore("aligns the interleaved chunks' all-gathers; priced as overlap_param_gather"),
+    "defer_embedding_wgrad": _ignore("moves the embedding's weight gradient into the pipeline flush (one scatter-add "
+                                     "per step: under 0.1% of a step, not priced)"),
+    "wgrad_deferral_limit": _ignore("how many micro-batches defer_embedding_wgrad may hold: not priced"),
+    "use_distributed_optimizer": _flag("use_distributed_optimizer"),
+    "data_parallel_sharding_strategy": _sharding, "use_megatron_fsdp": _megatron_fsdp,
+    "fsdp_double_buffer": _fsdp_flag,
+    "nccl_ub": _ignore("NCCL user buffers (zero-copy, fewer SMs per collective); the comm model prices bandwidth "
+                       "and latency, not the SMs NCCL holds"),
+    "keep_fp8_transpose_cache": _ignore("Megatron-FSDP's FP8 transpose cache across steps (false: rebuilt each "
+                                        "step, as the FP8 weight copies are priced)"),
+    "average_in_collective": _ignore("scales gradients inside the reduction instead of before it: the same traffic"),
+    "grad_reduce_in_fp32": _grad_fp32, "gradient_accumulation_fusion": _flag("gradient_accumulation_fusion"),
+    "cpu_offloading": _flag("cpu_offloading"), "cpu_offloading_num_layers": _set("cpu_offloading_num_layers", _int),
+    "cpu_offloading_weights": _flag("cpu_offloading_weights"),
+    "cpu_offloading_activations": _same(True, "offloaded layers' activations (Megatron-Core's default)",
+                                        "weights-only offloading is not priced"),
+    # kernels and host
+    "apply_rope_fusion": _same(True, "the op graph's fused RoPE", "unfused RoPE is not priced"),
+    "cross_entropy_fusion_impl": _loss_fusion, "loss_fusion": _loss_fusion,
+    "manual_gc": _ignore("Python garbage collection every manual_gc_interval steps instead of at random: not in a "
+                         "priced steady-state step"),
+    "manual_gc_interval": _ignore("see manual_gc"),
+    "init_model_with_meta_device": _ignore("initialisation only"),
+    "optimizer": _set("optimizer", lambda v, k: str(v).lower()),
+    "muon_num_ns_steps": _set("muon_ns_steps", _int),
+}
+"""Canonical setting name -> how it is read (see the module docstring)."""
+
+
+def _is_env(key: str) -> bool:
+    return key.startswith("env.")
+
+
+def _is_note(key: str) -> bool:
+    return key.startswith("(")
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def split_recipe(text: str) -> list[tuple[str, Any]]:
+    """``key=value;key=value`` -> [(key, parsed value)] in order. A value holding ``=`` keeps it after the first
+    one; an item without ``=`` is a bare flag (True); parenthesised notes pass through as keys starting with '('."""
+    out: list[tuple[str, Any]] = []
+    for item in _split_top(text, ";"):
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith("("):
+            out.append((item, True))
+            continue
+        key, eq, val = item.partition("=")
+        if eq and "=" in val and re.fullmatch(r"[A-Za-z_][\w.]*", val.split("=", 1)[0]) and canonical(
+                val.split("=", 1)[0]) in SETTINGS:  # 'fp8_param_gather=fp4_param_gather=True': the second names it
+            key, _, val = val.partition("=")
+        out.append((key.strip(), parse_value(val) if eq else True))
+    return out
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside brackets and parentheses."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth = max(0, depth - 1)
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+def split_megatron_args(text: str) -> list[tuple[str, Any]]:
+    """A Megatron-LM command line -> [(flag, value)]: ``--flag value``, ``--flag=value``, bare ``--flag`` (True),
+    ``--flag a b`` (a list); ``NAME=value`` words before the command become ``env.NAME``; anything else before the
+    first flag (the launcher, the script) is skipped."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise InvalidConfigError(f"--megatron-args could not be split into words: {exc}") from None
+    out: list[tuple[str, Any]] = []
+    i = 0
+    while i < len(words) and not words[i].startswith("--"):
+        env = re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(.*)", words[i])
+        if env:  # NAME=value before the command: the launch environment
+            out.append((f"env.{env.group(1)}", parse_value(env.group(2))))
+        i += 1
+    while i < len(words):
+        w = words[i]
+        if not w.startswith("--"):
+            raise InvalidConfigError(f"--megatron-args: {w!r} follows no flag")
+        name, eq, val = w.partition("=")
+        if eq:
+            out.append((name, parse_value(val)))
+            i += 1
+            continue
+        vals = []
+        i += 1
+        while i < len(words) and not words[i].startswith("--"):
+            vals.append(parse_value(words[i]))
+            i += 1
+        out.append((name, True if not vals else vals[0] if len(vals) == 1 else vals))
+    return out
+
+
+def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str) -> RecipeReading:
+    """Read a recipe (pairs, a mapping or a ``key=value;...`` string) onto TrainingConfig keys."""
+    if isinstance(items, str):
+        items = split_recipe(items)
+    elif isinstance(items, Mapping):
+        items = [(str(k), parse_value(v) if isinstance(v, str) else v) for k, v in items.items()]
+    every: dict[str, Any] = {}
+    for key, val in items:
+        if _is_env(key):
+            every[key] = val
+        elif not _is_note(key):
+            c = canonical(key)
+            if c.startswith("no_") and c[3:] in SETTINGS and val is True:
+                c, val = c[3:], False
+            if c == "grad_reduce_in_fp32" and not key.startswith("ddp."):
+                every["_bare_grad_fp32"] = True
+            if not (key.startswith("ddp.") and c in every):  # a bare field outranks the ddp.* copy
+                every[c] = val
+    out: dict[str, Any] = {}
+    entries: list[RecipeEntry] = []
+    for key, val in items:
+        if _is_note(key):
+            entries.append(RecipeEntry(key, "", IGNORED, "a note in the recipe cell, not a setting"))
+            continue
+        handler = _env if _is_env(key) else SETTINGS.get(canonical(key))
+        negated = canonical(key)[3:] if canonical(key).startswith("no_") else ""
+        if handler is None and negated in SETTINGS and val is True:  # Megatron-LM's --no-X store_false flags
+            handler, val = SETTINGS[negated], False
+        if handler is None:
+            entries.append(RecipeEntry(key, val, IGNORED, "not a setting this projection knows"))
+            continue
+        try:
+            why = handler(val, key, out, every)
+            entries.append(RecipeEntry(key, val, PRICED, why))
+        except _Ignore as exc:
+            entries.append(RecipeEntry(key, val, IGNORED, str(exc)))
+    return RecipeReading(training=out, entries=tuple(entries))
+
+
+def unknown_settings(reading: RecipeReading) -> list[str]:
+    """Keys of a reading that no setting of this table knows (the user's typos, or newer framework fields)."""
+    return [e.key for e in reading.ignored if e.why == "not a setting this projection knows"]
+
+
+# ------------------------------------------------------------------------------------------------ writing
+def megatron_args(training: Any, model: Any = None) -> list[tuple[str, Any]]:
+    """The recipe settings of a TrainingConfig as Megatron-LM flags (name with dashes, value; True = bare flag) and
+    launch environment variables (``env.NAME``, value), the inverse of ``read_recipe`` for the settings this module
+    reads beyond the layout and batch (which ``raytune_primus.export`` writes itself)."""
+    t = training
+    out: list[tuple[str, Any]] = []
+
+    def flag(name: str, on: bool) -> None:
+        if on:
+            out.append((name, True))
+
+    if t.moe_a2a_backend in ("deepep", "hybridep"):
+        out += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", t.moe_a2a_backend)]
+    if t.moe_flex_dispatcher_num_sms is not None:
+        out.append(("--moe-flex-dispatcher-num-sms", t.moe_flex_dispatcher_num_sms))
+    if t.moe_expert_rank_capacity_factor is not None:
+        out.append(("--moe-expert-rank-capacity-factor", t.moe_expert_rank_capacity_factor))
+    flag("--moe-paged-stash", t.moe_paged_stash)
+    if t.moe_paged_stash and t.moe_paged_stash_buffer_factor != 1.10:
+        out.append(("--moe-paged-stash-buffer-size-factor-cuda", t.moe_paged_stash_buffer_factor))
+    flag("--overlap-moe-expert-parallel-comm", t.moe_a2a_overlap)
+    flag("--delay-wgrad-compute", t.delay_wgrad_compute)
+    flag("--moe-shared-expert-overlap", t.moe_shared_expert_overlap)
+    flag("--moe-router-fusion", t.moe_router_fusion)
+    if t.fused_grouped_mlp:  # Megatron-Core takes the CuTe DSL kernel from the environment (TEGroupedMLP)
+        out += [("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", 1), ("--use-transformer-engine-op-fuser", True)]
+    flag("--fp8-dot-product-attention", t.fp8_dot_product_attention)
+    flag("--fp8-output-proj", t.fp8_output_proj)
+    if t.first_last_layers_bf16:
+        out += [("--first-last-layers-bf16", True), ("--num-layers-at-start-in-bf16", t.num_layers_at_start_in_bf16),
+                ("--num-layers-at-end-in-bf16", t.num_layers_at_end_in_bf16)]
+    flag("--no-gradient-accumulation-fusion", not t.gradient_accumulation_fusion)
+    if t.cpu_offloading:
+        out += [("--cpu-offloading", True), ("--cpu-offloading-num-layers", t.cpu_offloading_num_layers)]
+        flag("--cpu-offloading-weights", t.cpu_offloading_weights)
+    if t.use_megatron_fsdp:
+        out += [("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy", "optim_grads_params")]
+        flag("--fsdp-double-buffer", t.fsdp_double_buffer)
+    if t.optimizer != "adam":
+        out.append(("--optimizer", t.optimizer))
+        if t.muon_ns_steps != 5:
+            out.append(("--muon-num-ns-steps", t.muon_ns_steps))
+    if t.mtp_num_layers is not None:
+        out.append(("--mtp-num-layers", t.mtp_num_layers))
+    return out
+
+
+RECIPE_TRAINING_KEYS: tuple[str, ...] = (
+    "moe_flex_dispatcher_num_sms", "moe_expert_rank_capacity_factor", "moe_paged_stash",
+    "moe_paged_stash_buffer_factor", "moe_shared_expert_overlap", "delay_wgrad_compute", "moe_router_fusion",
+    "fused_grouped_mlp", "fp8_dot_product_attention", "fp8_output_proj", "first_last_layers_bf16",
+    "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "gradient_accumulation_fusion", "cpu_offloading",
+    "cpu_offloading_num_layers", "cpu_offloading_weights", "use_megatron_fsdp", "fsdp_double_buffer", "optimizer",
+    "mtp_num_layers", "muon_ns_steps")
+"""Training keys ``megatron_args`` writes (export marks them done)."""

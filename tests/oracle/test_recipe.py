@@ -1,0 +1,128 @@
+"""oracle.recipe: every published recipe key is read (priced or ignored with a reason), the three spellings agree,
+and the Megatron-LM export reads back to the same training values."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from oracle.config import RunConfig
+from oracle.errors import InvalidConfigError
+from oracle.recipe import (IGNORED, PRICED, RECIPE_TRAINING_KEYS, canonical, megatron_args, read_recipe,
+                           split_megatron_args, split_recipe, unknown_settings)
+from oracle.validate import read_row, read_rows
+
+PUBLISHED = Path(__file__).resolve().parents[3] / "shared" / "validation" / "published-nvidia.csv"
+
+
+def _published_rows() -> list[dict[str, str]]:
+    if not PUBLISHED.exists():
+        pytest.skip(f"{PUBLISHED} is not present beside the checkout")
+    with PUBLISHED.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_every_published_recipe_key_is_priced_or_ignored_with_a_reason() -> None:
+    rows = _published_rows()
+    assert rows
+    for row in rows:
+        reading = read_recipe(row["recipe"])
+        given = [k for k, _ in split_recipe(row["recipe"])]
+        assert [e.key for e in reading.entries] == given, row["id"]  # one entry per key, in order
+        assert not unknown_settings(reading), (row["id"], unknown_settings(reading))
+        for e in reading.entries:
+            assert e.status in (PRICED, IGNORED)
+            if e.status == IGNORED:
+                assert e.why, (row["id"], e.key)
+
+
+def test_validate_lists_every_recipe_key_of_every_row() -> None:
+    rows = read_rows(PUBLISHED) if PUBLISHED.exists() else pytest.skip("no published CSV")
+    for row in rows:
+        rr = read_row(row)
+        named = {e.key for e in rr.recipe}
+        for key, _ in split_recipe(row["recipe"]):
+            assert key in named, (row["id"], key)
+
+
+def test_a_recipe_is_read_the_same_from_a_string_a_mapping_and_a_command_line() -> None:
+    text = ("moe_token_dispatcher_type=flex;moe_flex_dispatcher_backend=hybridep;moe_hybridep_num_sms=32;"
+            "comm_overlap.overlap_moe_expert_parallel_comm=true;cuda_graph_impl=local;cuda_graph_scope=[full_iteration];"
+            "recompute_granularity=selective;recompute_modules=[mla_up_proj,mlp];fp8_recipe=mxfp8;fp8_format=e4m3")
+    by_text = read_recipe(text).training
+    by_map = read_recipe(dict(split_recipe(text))).training
+    line = ("torchrun pretrain_gpt.py --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep "
+            "--moe-hybridep-num-sms 32 --overlap-moe-expert-parallel-comm --cuda-graph-impl local "
+            "--cuda-graph-scope full_iteration --recompute-granularity selective --recompute-modules mla_up_proj mlp "
+            "--fp8-recipe mxfp8 --fp8-format e4m3")
+    by_line = read_recipe(split_megatron_args(line)).training
+    assert by_text == by_map == by_line
+    assert by_text["moe_a2a_backend"] == "hybridep" and by_text["moe_flex_dispatcher_num_sms"] == 32
+    assert by_text["cuda_graph_impl"] == "full_iteration" and by_text["cuda_graph_scope"] == []
+    assert by_text["moe_a2a_overlap"] and by_text["delay_wgrad_compute"]  # set together by Megatron-Bridge
+    assert by_text["recompute_modules"] == ["mla_up_proj", "mlp"]
+    assert (by_text["precision"], by_text["fp8_recipe"]) == ("fp8", "mxfp8")
+
+
+def test_selective_with_no_modules_recomputes_nothing() -> None:
+    assert read_recipe("recompute_granularity=selective;recompute_modules=[]").training["recompute"] == "none"
+
+
+def test_a_ddp_field_loses_to_the_mixed_precision_one() -> None:
+    r = read_recipe("ddp.grad_reduce_in_fp32=True;grad_reduce_in_fp32=False")
+    assert r.training["grad_reduce_in_fp32"] is False
+    assert [e.status for e in r.entries] == [IGNORED, PRICED]
+
+
+def test_unknown_names_and_bad_values() -> None:
+    r = read_recipe("moe_frobnicate=3;env.FOO=1;(inactive: a note)")
+    assert unknown_settings(r) == ["moe_frobnicate"]
+    assert all(e.status == IGNORED and e.why for e in r.entries)
+    with pytest.raises(InvalidConfigError, match="valid dispatchers"):
+        read_recipe("moe_token_dispatcher_type=teleport")
+    with pytest.raises(InvalidConfigError, match="true or false"):
+        read_recipe("moe_a2a_overlap=maybe")
+    with pytest.raises(InvalidConfigError, match="could not be split"):
+        split_megatron_args("--seq-length 'unclosed")
+    # words before the first flag are the launcher and the script; words after a flag are its value (a list)
+    assert split_megatron_args("torchrun x.py --recompute-modules a b --bf16") == [("--recompute-modules", ["a", "b"]),
+                                                                                   ("--bf16", True)]
+
+
+def test_command_line_layout_flags() -> None:
+    r = read_recipe(split_megatron_args("python pretrain_gpt.py --tensor-model-parallel-size 4 "
+                                        "--pipeline-model-parallel-size=2 --micro-batch-size 1 --global-batch-size 64 "
+                                        "--seq-length 8192 --bf16 --use-distributed-optimizer"))
+    assert {k: r.training[k] for k in ("tp", "pp", "mbs", "gbs", "seq_len", "precision")} == {
+        "tp": 4, "pp": 2, "mbs": 1, "gbs": 64, "seq_len": 8192, "precision": "bf16"}
+    assert r.training["use_distributed_optimizer"] is True
+
+
+def test_canonical_names() -> None:
+    assert canonical("--overlap-moe-expert-parallel-comm") == "moe_a2a_overlap"
+    assert canonical("comm_overlap.tp_comm_overlap") == "tp_comm_overlap"
+    assert canonical("workload_base_config.fp8_dot_product_attention") == "fp8_dot_product_attention"
+
+
+@pytest.mark.parametrize("training", [
+    {"moe_a2a_backend": "hybridep", "moe_flex_dispatcher_num_sms": 24, "moe_expert_rank_capacity_factor": 1.5,
+     "moe_paged_stash": True, "moe_a2a_overlap": True, "delay_wgrad_compute": True, "moe_router_fusion": True,
+     "fused_grouped_mlp": True, "precision": "fp8", "fp8_recipe": "mxfp8", "fp8_dot_product_attention": True,
+     "fp8_output_proj": True, "fp8_param_gather": True, "cuda_graph_impl": "full_iteration"},
+    {"precision": "fp8", "first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 2,
+     "num_layers_at_end_in_bf16": 1, "gradient_accumulation_fusion": False, "optimizer": "muon", "mtp_num_layers": 0},
+])
+def test_megatron_args_read_back_to_the_same_training(training) -> None:
+    base = {"seq_len": 4096, "gbs": 64, "ep": 8} if "moe_a2a_backend" in training else {"seq_len": 4096, "gbs": 64}
+    model = "qwen3-30b-a3b" if "moe_a2a_backend" in training else "llama3-8b"
+    run = RunConfig.from_dict({"model": model, "cluster": {"hardware": "gb200-nvl72", "num_gpus": 8},
+                               "training": {**base, **training}})
+    args = megatron_args(run.training)
+    env = " ".join(f"{k[4:]}={v}" for k, v in args if k.startswith("env."))
+    line = env + " torchrun pretrain_gpt.py " + " ".join(f"{k}" if v is True else f"{k} {v}" for k, v in args
+                                                           if not k.startswith("env."))
+    back = read_recipe(split_megatron_args(line)).training
+    for key in RECIPE_TRAINING_KEYS:
+        if key in training:
+            assert back.get(key) == training[key], key
