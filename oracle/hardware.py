@@ -206,11 +206,38 @@ _FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "gemm_mxfp8", "attention_fwd"
               "scale_out_bus", "attention_exp_overlap")
 
 
+class _Missing(str):
+    """A problem that is a missing key (``dotted``: its full name): the missing keys of one profile are
+    reported together, in one line (:func:`_missing_line`)."""
+
+    dotted: str
+
+
+def _missing(where: str, key: str) -> _Missing:
+    m = _Missing(f"{where}: missing {key!r}")
+    m.dotted = f"{where}.{key}"
+    return m
+
+
+def _missing_line(where: str, data: dict, problems: list[str]) -> str:
+    """One line for every missing key of a profile: what is missing (a missing section's own keys left out)
+    and what a profile needs."""
+    keys = [m.dotted[len(where) + 1:] for m in problems if isinstance(m, _Missing)]
+    keys = [k for k in keys if not any(k.startswith(other + ".") for other in keys)]
+    need = ("a profile needs sections compute (peak_tflops, num_compute_units), memory (hbm_capacity_gib, "
+            "hbm_bandwidth_gb_per_s, runtime_reserved_gib), network (gpus_per_node, scale_up, scale_out) and "
+            "efficiency ({value: X, source: '...'} per constant) as in hardware/h100-sxm.yaml; or give a bundled "
+            "profile name (raytune-primus hardware list) or a profile YAML path")
+    if not data:
+        return f"{where} is an empty mapping: {need}"
+    return f"{where} is incomplete, missing {', '.join(keys)}: {need}"
+
+
 def _section(data: dict, key: str, where: str, problems: list[str], required: bool = True) -> dict:
     sec = data.get(key)
     if sec is None:
         if required:
-            problems.append(f"{where}: missing section {key!r}")
+            problems.append(_missing(where, key))
         return {}
     if not isinstance(sec, dict):
         problems.append(f"{where}.{key} must be a mapping, got {type(sec).__name__}")
@@ -229,7 +256,7 @@ def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool
          required: bool = True, integer: bool = False) -> float | None:
     if key not in sec or sec[key] is None:
         if required:
-            problems.append(f"{where}: missing {key!r}")
+            problems.append(_missing(where, key))
         return None
     v = sec[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -271,7 +298,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
     p += unknown_key_problems(net, _NETWORK, f"{where}.network")
     peaks_raw = comp.get("peak_tflops")
     peaks: dict[str, float] = {}
-    if not isinstance(peaks_raw, dict) or not peaks_raw:
+    if peaks_raw is None:
+        p.append(_missing(f"{where}.compute", "peak_tflops"))
+    elif not isinstance(peaks_raw, dict) or not peaks_raw:
         p.append(f"{where}.compute.peak_tflops must be a mapping like {{bf16: 989, fp8: 1979}}")
     else:
         for dt, v in peaks_raw.items():
@@ -339,6 +368,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
         if entry is None and fname == "gemm_mxfp8":
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: the profile lists no MXFP8 GEMM efficiency"
             continue
+        if entry is None:
+            p.append(_missing(f"{where}.efficiency", fname))
+            continue
         if not isinstance(entry, dict) or "value" not in entry:
             p.append(f"{where}.efficiency.{fname} must be {{value: X, source: '...'}}")
             continue
@@ -357,6 +389,8 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
             p.append(f"{where}.efficiency.{fname}: unknown key(s) {', '.join(sorted(extra))}; valid: value, source")
         eff_vals[fname] = float(v)
         eff_src[fname] = str(src)
+    if any(isinstance(m, _Missing) for m in p):
+        p = [_missing_line(where, data, p)] + [m for m in p if not isinstance(m, _Missing)]
     if p:
         raise HardwareProfileError("\n".join(p))
     gpn_i = int(gpn)  # type: ignore[arg-type]

@@ -45,6 +45,8 @@ class _Reader:
     def __init__(self, data: dict[str, Any], model_type: str):
         self.data, self.model_type = data, model_type
         self.problems: list[str] = []
+        self.missing: list[str] = []
+        """Required keys absent: reported together, in one line."""
         self.notes: list[str] = []
 
     def req(self, *keys: str) -> Any:
@@ -52,9 +54,7 @@ class _Reader:
         for k in keys:
             if self.data.get(k) is not None:
                 return self.data[k]
-        alias = f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""
-        self.problems.append(f"config.json (model_type {self.model_type!r}): missing required key "
-                             f"{keys[0]!r}{alias}")
+        self.missing.append(keys[0] + (f" (or {' / '.join(keys[1:])})" if len(keys) > 1 else ""))
         return None
 
     def opt(self, key: str, default: Any = None, *, minimum: float | None = None) -> Any:
@@ -262,9 +262,9 @@ def _dbrx(r: _Reader) -> dict[str, Any]:
             "tied_embeddings": bool(r.opt("tie_word_embeddings", False)),
             "num_experts": sub_f.req("moe_num_experts"), "moe_topk": sub_f.req("moe_top_k"),
             "moe_ffn_hidden_size": sub_f.req("ffn_hidden_size")}
-    for sub in (sub_a, sub_f):
-        r.problems += [p.replace("config.json", f"config.json {'attn_config' if sub is sub_a else 'ffn_config'}")
-                       for p in sub.problems]
+    for sub, key in ((sub_a, "attn_config"), (sub_f, "ffn_config")):
+        r.problems += [p.replace("config.json", f"config.json {key}") for p in sub.problems]
+        r.missing += [f"{key}.{k}" for k in sub.missing]
     r.notes.append("LayerNorm without bias counted as an RMSNorm (H parameters); clip_qkv costs nothing")
     return card
 
@@ -474,8 +474,12 @@ def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
     mt = _model_type(data)
     r = _Reader(data, mt)
     fields = _FAMILIES[mt](r)
+    if r.missing:
+        r.problems.insert(0, f"config.json (model_type {mt!r}) is incomplete, missing {', '.join(r.missing)}: a "
+                             f"Hugging Face config.json of this model type states them (or write a model card)")
     if r.problems:
-        raise InvalidConfigError(r.problems + [f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"])
+        raise InvalidConfigError(r.problems + ([] if r.missing and len(r.problems) == 1 else
+                                               [f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"]))
     fields = {k: v for k, v in fields.items() if v is not None}
     fields.update(name=name, family=mt, sources=[f"Hugging Face config.json (model_type {mt})"],
                   notes="; ".join(r.notes))

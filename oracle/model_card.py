@@ -328,10 +328,26 @@ class ModelCard:
         if not isinstance(data, dict):
             raise InvalidConfigError(f"model card {name!r} must be a mapping of keys to values, "
                                      f"got a {type(data).__name__}")
+        empty = not data
         data = dict(data)
         if name is not None:
             data.setdefault("name", name)
-        card = from_dict(cls, data, f"model card {data.get('name', name)!r}")
+        where = f"model card {data.get('name', name)!r}"
+        missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in data
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        try:
+            card = from_dict(cls, data, where)
+        except InvalidConfigError as exc:
+            if not missing:
+                raise
+            # the missing keys in one line that says what a card needs; every other problem on its own
+            one_each = {f"{where}: missing required key {k!r}" for k in missing}
+            need = (f"a card needs {', '.join(_REQUIRED)} and ffn_hidden_size (dense) or num_experts, moe_topk and "
+                    f"moe_ffn_hidden_size (MoE), as in oracle/models/llama3.1-8b.yaml; or give a bundled card name "
+                    f"(raytune-primus models list), a card YAML path or a Hugging Face config.json path")
+            line = f"{where} is an empty mapping: {need}" if empty else \
+                f"{where} is incomplete, missing {', '.join(missing)}: {need}"
+            raise InvalidConfigError([line] + [p for p in exc.problems if p not in one_each]) from None
         probs = card.problems()
         if probs:
             raise InvalidConfigError(probs)
@@ -342,6 +358,11 @@ class ModelCard:
 
     def replace(self, **changes: Any) -> "ModelCard":
         return dataclasses.replace(self, **changes)
+
+
+_REQUIRED = tuple(f.name for f in dataclasses.fields(ModelCard) if f.init and f.default is dataclasses.MISSING
+                  and f.default_factory is dataclasses.MISSING and f.name != "name")
+"""The keys every card states (``name`` comes from the file name when absent)."""
 
 
 def _parse_bundled(path: Path, name: str) -> ModelCard:

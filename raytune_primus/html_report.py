@@ -7,7 +7,8 @@ issue or e-mailed; the PNGs are also written beside it for docs and slides. Figu
 :mod:`raytune_primus.plots`. Sections (each only when its data exists):
 
 * the winner (tune) or the exhaustive optimum (compare) with its projection and how to launch it
-  (Megatron-LM / Primus / TorchTitan exports, :mod:`raytune_primus.export`);
+  (Megatron-LM / Primus / TorchTitan exports, :mod:`raytune_primus.export`), and which numerics-changing
+  axes the search could change and whether the winner changed them (``summary['numerics']``);
 * its memory per pipeline stage against the cap, its pipeline timeline and its time breakdown;
 * best-so-far curves (one run, or every searcher over seeds against the optimum);
 * every scored trial's throughput vs memory with the Pareto front;
@@ -168,7 +169,22 @@ def _reproject(projection: dict[str, Any] | None, training: dict[str, Any] | Non
         return None, None, None, f"{type(exc).__name__}: {exc}"
 
 
+def _source(summary: dict[str, Any]) -> str | None:
+    """Where the run's experiment loads from: the file it was read from (a derived experiment's
+    ``experiment.yaml``), else its name (a bundled one)."""
+    f = summary.get("experiment_file")
+    return f if f and Path(f).exists() else summary.get("experiment")
+
+
 # ------------------------------------------------------------------------------------------ sections
+def _numerics(out: list[str], summary: dict[str, Any]) -> None:
+    """Which numerics-changing axes the search could change, and whether the winner (optimum) did."""
+    if summary.get("numerics"):
+        from raytune_primus.report import numerics_note
+        changed = bool(summary["numerics"].get("changed"))
+        out.append(f"<p class='{'note' if changed else 'sub'}'>{_esc(numerics_note(summary['numerics']))}</p>")
+
+
 def _projection_section(out: list[str], plots: list[Path], results: Path, label: str,
                         proj_dict: dict[str, Any] | None, run: Any, proj: Any, pipe: Any, why: str | None) -> None:
     from raytune_primus import plots as P
@@ -369,7 +385,9 @@ def write_report(results_dir: str | Path, summary: dict[str, Any] | None = None)
         if w:
             out.append(f"<h2>Winner: {_num(w.get('tokens_per_s_per_gpu'))} tokens/s/GPU "
                        f"<span class='sub'>(config {_esc(w.get('key', ''))})</span></h2>")
-            run, proj, pipe, why = _reproject(w.get("projection"), w.get("config"), exp, summary.get("oracle_mode"))
+            _numerics(out, summary)
+            run, proj, pipe, why = _reproject(w.get("projection"), w.get("config"), _source(summary),
+                                              summary.get("oracle_mode"))
             if why:
                 notes.append(why)
             _projection_section(out, plots, results, "winner", w.get("projection"), run, proj, pipe, why)
@@ -396,7 +414,8 @@ def write_report(results_dir: str | Path, summary: dict[str, Any] | None = None)
             out.append("<h2>Best so far per searcher</h2>" + _img(plots[-1], "median best-so-far vs the optimum"))
         if opt.get("config"):
             out.append(f"<h2>Exhaustive optimum: {_num(opt.get('tokens_per_s_per_gpu'))} tokens/s/GPU</h2>")
-            run, proj, pipe, why = _reproject(None, opt["config"], exp, summary.get("oracle_mode"))
+            _numerics(out, summary)
+            run, proj, pipe, why = _reproject(None, opt["config"], _source(summary), summary.get("oracle_mode"))
             if why:
                 notes.append(why)
             _projection_section(out, plots, results, "optimum", None, run, proj, pipe, why)

@@ -34,8 +34,9 @@ from typing import Any
 
 from oracle.errors import InvalidConfigError, PrimusError
 from oracle.units import GIB
-from raytune_primus.search_args import (add_compare_arguments, add_experiment_argument, add_run_arguments,
-                                        add_suite_arguments, add_tune_arguments)
+from raytune_primus.search_args import (add_compare_arguments, add_derive_arguments, add_experiment_argument,
+                                        add_run_arguments, add_suite_arguments, add_tune_arguments,
+                                        experiment_from_args)
 
 EXIT_OK, EXIT_ALL_ERRORED, EXIT_USAGE = 0, 1, 2
 
@@ -149,6 +150,8 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
     else:
         raise InvalidConfigError(f"driver={driver!r} is not one of ray | inprocess")
     summary: dict[str, Any] = {**result.summary(), "ray": ray_info}  # the same keys whichever driver ran it
+    summary["experiment_file"] = exp.source or None
+    summary["numerics"] = exp.space.numerics((summary.get("winner") or {}).get("config"))
     if summary.get("winner"):
         summary["winner"]["projection"] = winner_projection(exp, summary["winner"]["config"], ev)
     summary["ledger"] = str(ledger_path)
@@ -179,6 +182,9 @@ def format_tune_summary(s: dict[str, Any]) -> str:
         t = w["config"]
         lines.append("  " + " ".join(f"{k}={v}" for k, v in t.items() if v is not None))
         proj = w.get("projection") or {}
+        if s.get("numerics"):
+            from raytune_primus.report import numerics_note
+            lines.append("  " + numerics_note(s["numerics"]))
         if "error" in proj:
             lines.append(f"  projection failed: {proj['error']}")
         elif proj:
@@ -226,6 +232,8 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
         summary["ray"] = _ray_info(how)
     else:
         raise InvalidConfigError(f"driver={driver!r} is not one of inprocess | ray")
+    summary["experiment_file"] = exp.source or None
+    summary["numerics"] = exp.space.numerics((summary.get("optimum") or {}).get("config"))
     if plot is not None:
         from raytune_primus.plots import compare_curves
         summary["plot"] = str(compare_curves(summary, plot))
@@ -238,15 +246,9 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
 
 
 # ---------------------------------------------------------------------------------- the commands
-def _load(name: str) -> Any:
-    from searchers.experiment import load_experiment
-
-    return load_experiment(name)
-
-
 def run_tune_command(args: argparse.Namespace, *, results_default: bool = True) -> tuple[int, dict[str, Any]]:
     """Run ``tune`` as parsed; (exit status, summary). Exit 1 when every Tune trial errored."""
-    exp = _load(args.experiment)
+    exp = experiment_from_args(args, results=lambda name: args.results or default_results_dir(name))
     results = Path(args.results) if args.results else default_results_dir(exp.name)
     summary = tune_experiment(exp, results, driver=args.driver, searcher=args.searcher, budget=args.budget,
                               seed=args.seed, address=args.address, max_concurrent=args.max_concurrent,
@@ -286,17 +288,15 @@ def _projection_table(exp, summary: dict[str, Any]) -> str | None:
 
 def run_compare_command(args: argparse.Namespace, *, results: Path | None = None) -> tuple[int, dict[str, Any]]:
     """Run ``compare`` as parsed (``results`` overrides --results); (exit status, summary)."""
-    if not args.experiment:
-        raise InvalidConfigError("compare needs an experiment (a bundled name or a YAML path), or --suite")
-    exp = _load(args.experiment)
+    if results is None and args.results:
+        results = Path(args.results)
+    exp = experiment_from_args(args, results=lambda name: results, command="compare")
     if args.searchers:
         from searchers.base import available
         names = available()
         bad = [s for s in args.searchers if s not in names]
         if bad:
             raise InvalidConfigError([f"--searchers: unknown searcher {s!r}; valid: {', '.join(names)}" for s in bad])
-    if results is None and args.results:
-        results = Path(args.results)
     seeds: int | list[int] = list(args.seed_list) if args.seed_list else args.seeds
     summary = compare_experiment(exp, results, driver=args.driver, budget=args.budget or 30, seeds=seeds,
                                  searchers=args.searchers, plot=args.plot, address=args.address,
@@ -324,6 +324,10 @@ def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                                  f"use --experiments NAME... to choose a subset")
     if args.plot:
         raise InvalidConfigError("--plot draws one experiment's curves; it does not apply with --suite")
+    derive = [f"--{f.replace('_', '-')}" for f in ("model", "hardware", "num_gpus", "seq_len", "gbs", "precision", "set",
+                                                   "allow") if getattr(args, f, None)]
+    if derive:
+        raise InvalidConfigError(f"{', '.join(derive)} derive one experiment; they do not apply with --suite")
     if args.searchers:
         from searchers.base import available
         names = available()
@@ -365,9 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The job's arguments: those of ``raytune-primus tune`` and ``compare`` (one definition, in
     raytune_primus.search_args) plus ``--compare``; the driver is always Ray."""
     p = argparse.ArgumentParser(prog="python -m raytune_primus.jobs", description=__doc__.splitlines()[0])
-    add_experiment_argument(p, optional=True)
+    add_experiment_argument(p, suite=True)
     p.add_argument("--compare", action="store_true", help="compare searchers instead of running one")
     add_run_arguments(p, driver=False)
+    add_derive_arguments(p)
     add_tune_arguments(p)
     add_compare_arguments(p)
     add_suite_arguments(p)
@@ -379,14 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from raytune_primus.runtime import apply_ray_environment
-        from searchers.experiment import load_experiment
 
         apply_ray_environment()
         if args.suite:  # every suite experiment; results (suite.json) only where --results says
             return run_suite_command(args)[0]
-        if not args.experiment:
-            raise InvalidConfigError("an experiment (a bundled name or a YAML path) is needed, or --compare --suite")
-        exp = load_experiment(args.experiment)
+        exp = experiment_from_args(args, command="compare" if args.compare else "tune")  # derived again below
         results = Path(args.results) if args.results else default_results_dir(exp.name)
         if not results.is_absolute() and "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:
             print(f"note: the results go to {results.resolve()}, inside this job's copy of the working directory; "

@@ -15,6 +15,34 @@ def _fmt(v: Any, nd: int = 1) -> str:
     return str(v)
 
 
+def _shown(v: Any) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def numerics_note(numerics: dict[str, Any]) -> str:
+    """One line for people from ``SearchSpace.numerics(winner)``: which numerics-changing axes the search could
+    change, and whether the winner changed any of them."""
+    opened = numerics.get("open") or []
+    changed = numerics.get("changed")
+    base = numerics.get("baseline") or {}
+    held = [f"precision {base.get('precision')}"] + (
+        [f"fp8_recipe {base.get('fp8_recipe')}"] if base.get("precision") == "fp8" else []) + (
+        ["FP8 activations"] if base.get("fp8_activations") else []) + (
+        [] if "moe_expert_capacity_factor" not in base else ["dropless MoE"]
+        if base["moe_expert_capacity_factor"] is None else [f"capacity factor {base['moe_expert_capacity_factor']}"
+                                                            + (" padded" if base.get("moe_pad_expert_input_to_capacity")
+                                                               else "")])
+    if not opened:
+        return f"numerics held as given ({', '.join(held)}): no numerics-changing axis was open"
+    text = f"numerics-changing axes open: {', '.join(opened)}"
+    if changed is None:
+        return text
+    if not changed:
+        return f"{text}; the winner keeps the baseline's ({', '.join(held)})"
+    return text + "; the winner changes " + ", ".join(f"{a} {_shown(base.get(a))} -> {_shown(v)}"
+                                                       for a, v in changed.items())
+
+
 def table(rows: list[list[Any]], header: list[str] | None = None, align: str | None = None) -> str:
     cells = [[_fmt(c) if not isinstance(c, str) else c for c in r] for r in rows]
     if header:

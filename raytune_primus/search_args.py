@@ -7,6 +7,10 @@ local Ray.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
+
+from oracle.errors import InvalidConfigError
 
 DRIVERS = ("ray", "inprocess")
 DEFAULT_DRIVER = "ray"
@@ -51,10 +55,88 @@ def _searcher_names() -> str:
     return " | ".join(available())
 
 
-def add_experiment_argument(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
-    p.add_argument("experiment", nargs="?" if optional else None,
-                   help="experiment YAML, or the name of a bundled one (raytune-primus experiments list)"
-                        + ("; omit with --suite" if optional else ""))
+def add_experiment_argument(p: argparse.ArgumentParser, *, suite: bool = False) -> None:
+    p.add_argument("experiment", nargs="?",
+                   help="experiment YAML, or the name of a bundled one (raytune-primus experiments list); omit with "
+                        "--model ... (derive one)" + (" or --suite" if suite else ""))
+
+
+DERIVE_FLAGS = ("model", "hardware", "num_gpus", "seq_len", "gbs")
+"""What deriving an experiment needs (searchers.derive)."""
+
+
+def add_derive_arguments(p: argparse.ArgumentParser) -> None:
+    """An experiment from a model and a cluster instead of a file (searchers.derive), and --allow."""
+    g = p.add_argument_group("derive the experiment from a model and a cluster (instead of an experiment file)")
+    g.add_argument("--model", metavar="M", help="bundled card name, card YAML path or Hugging Face config.json path")
+    g.add_argument("--hardware", metavar="H", help="bundled hardware profile name or profile YAML path")
+    g.add_argument("--num-gpus", type=_positive("--num-gpus"), metavar="N", help="GPUs in the job")
+    g.add_argument("--seq-len", type=_positive("--seq-len"), metavar="S", help="sequence length in tokens")
+    g.add_argument("--gbs", type=_positive("--gbs"), metavar="G", help="global batch in sequences")
+    g.add_argument("--precision", metavar="P", help="GEMM number format: bf16 (default), fp8 or nvfp4; held "
+                                                   "unless --allow precision")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="hold a training key at a value, e.g. --set fp8_recipe=mxfp8 or --set cp=1 (repeatable; "
+                        "cluster.memory_margin=0.05 too)")
+    p.add_argument_group("numerics (an experiment file's or a derived one's)").add_argument(
+        "--allow", metavar="GROUPS", help="numerics the search may change (held otherwise): precision (format and FP8 "
+                                          "recipe), fp8_activations, token_drop (capacity factor, padding); "
+                                          "comma-separated")
+
+
+def experiment_from_args(args: argparse.Namespace, *, results: Callable[[str], Any] | None = None,
+                         command: str = "tune"):
+    """The experiment a tune/compare command line names: a file or bundled name, or one derived from --model
+    --hardware --num-gpus --seq-len --gbs. A derived one is written to ``DIR/experiment.yaml`` and loaded from
+    there when ``results(name)`` gives a folder DIR, so the run is that file's. --allow opens numerics groups
+    either way."""
+    from searchers.derive import parse_allow
+    from searchers.experiment import Experiment, load_experiment
+
+    derive = [f for f in DERIVE_FLAGS if getattr(args, f, None) is not None]
+    extra = [flag for flag, given in (("--precision", getattr(args, "precision", None) is not None),
+                                      ("--set", bool(getattr(args, "set", None)))) if given]
+    allow = parse_allow(getattr(args, "allow", None))
+    if args.experiment and derive:
+        raise InvalidConfigError(f"give an experiment ({args.experiment!r}) or --model/--hardware/--num-gpus/"
+                                 f"--seq-len/--gbs, not both")
+    if extra and not derive:
+        raise InvalidConfigError(f"{' and '.join(extra)} {'apply' if len(extra) > 1 else 'applies'} only to a derived "
+                                 f"experiment (--model ...); an experiment file states its own training keys")
+    if not args.experiment and not derive:
+        raise InvalidConfigError(f"{command} needs an experiment (a bundled name or a YAML path), or --model M "
+                                 f"--hardware H --num-gpus N --seq-len S --gbs G to derive one"
+                                 + (", or --suite" if command == "compare" else ""))
+    if args.experiment:
+        exp = load_experiment(args.experiment)
+        if allow:
+            exp = exp.with_changes(allow=tuple(dict.fromkeys([*exp.allow, *allow])))
+        return exp
+    derived = derive_from_args(args, allow)
+    folder = results(derived.spec["name"]) if results is not None else None
+    if folder is None:
+        return Experiment.from_dict(derived.spec, name=derived.spec["name"])
+    from pathlib import Path
+    path = Path(folder) / "experiment.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(derived.yaml())
+    return load_experiment(str(path))
+
+
+def derive_from_args(args: argparse.Namespace, allow: list[str] | None = None):
+    """searchers.derive.derive_spec for the --model ... flags (one line naming the missing ones)."""
+    from searchers.derive import derive_spec, parse_allow
+
+    missing = [f for f in DERIVE_FLAGS if getattr(args, f, None) is None]
+    if missing:
+        def flags(names):
+            return ", ".join("--" + f.replace("_", "-") for f in names)
+        raise InvalidConfigError(f"deriving an experiment needs {flags(DERIVE_FLAGS)}; missing: {flags(missing)}")
+
+    return derive_spec(model=args.model, hardware=args.hardware, num_gpus=args.num_gpus, seq_len=args.seq_len,
+                       gbs=args.gbs, precision=args.precision, sets=list(args.set or []),
+                       name=getattr(args, "spec_name", None),
+                       allow=parse_allow(getattr(args, "allow", None)) if allow is None else allow)
 
 
 def add_run_arguments(p: argparse.ArgumentParser, *, driver: bool = True) -> None:

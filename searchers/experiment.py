@@ -14,6 +14,7 @@
     space:                                # optional
       pin: {gbs: 512}                     # axis -> the one value it may take
       restrict: {cp: [1, 2]}              # axis -> the values it may take
+      allow: [precision]                  # numerics groups opened with their default values
     searcher:                             # optional; default seed_llm with no options
       name: seed_llm                      # seed_llm | tpe | gp | random | grid
       options: {patience: 5}
@@ -29,6 +30,10 @@
 
 Every key is checked; unknown ones are named with a close match, and every problem is reported
 at once in one InvalidConfigError.
+
+Numerics are the user's: the axes that change what is trained (``searchers.space.NUMERICS``: precision
+and FP8 recipe, FP8 activations, token dropping) keep the baseline's value unless ``space.restrict``
+lists them or ``space.allow`` names their group (precision | fp8_activations | token_drop).
 """
 from __future__ import annotations
 
@@ -62,6 +67,8 @@ class Experiment:
     """Axes held at one value."""
     restrict: dict[str, list[Any]] = field(default_factory=dict)
     """Axes limited to the listed values."""
+    allow: tuple[str, ...] = ()
+    """Numerics groups (``searchers.space.NUMERICS``) opened with their default values."""
     searcher: str = "seed_llm"
     """Registered searcher name."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -78,7 +85,7 @@ class Experiment:
     @cached_property
     def space(self):
         from searchers.space import SearchSpace
-        return SearchSpace(self.baseline, pins=self.pins, restrict=self.restrict)
+        return SearchSpace(self.baseline, pins=self.pins, restrict=self.restrict, allow=self.allow)
 
     def searcher_options(self, name: str | None = None) -> dict[str, Any]:
         """Options for searcher ``name`` (the spec's options and LLM block apply to the spec's searcher)."""
@@ -113,13 +120,19 @@ class Experiment:
             except InvalidConfigError as exc:
                 problems += [p.replace(f"{where}.training", f"{where}.baseline") for p in exc.problems]
         space = data.get("space") or {}
-        pins, restrict = {}, {}
+        pins, restrict, allow = {}, {}, []
         if not isinstance(space, dict):
-            problems.append(f"{where}.space must be a mapping with keys pin, restrict")
+            problems.append(f"{where}.space must be a mapping with keys pin, restrict, allow")
         else:
-            problems += unknown_key_problems(space, ["pin", "restrict"], f"{where}.space")
+            problems += unknown_key_problems(space, ["pin", "restrict", "allow"], f"{where}.space")
             pins = space.get("pin") or {}
             restrict = space.get("restrict") or {}
+            allow = space.get("allow") or []
+            if isinstance(allow, str):
+                allow = [a.strip() for a in allow.split(",") if a.strip()]
+            if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+                problems.append(f"{where}.space.allow must be a list of numerics groups, got {allow!r}")
+                allow = []
             if not isinstance(pins, dict):
                 problems.append(f"{where}.space.pin must be a mapping axis -> value, got {pins!r}")
                 pins = {}
@@ -161,8 +174,8 @@ class Experiment:
             assert baseline is not None
             exp = cls(name=name, baseline=baseline, description=str(data.get("description", "")), pins=dict(pins),
                       restrict={k: list(v) if isinstance(v, (list, tuple)) else v for k, v in restrict.items()},
-                      searcher=searcher, options=dict(options), llm=llm, budget=budget, seed=seed,
-                      oracle_mode=mode, source=source)
+                      allow=tuple(allow), searcher=searcher, options=dict(options), llm=llm, budget=budget,
+                      seed=seed, oracle_mode=mode, source=source)
             try:
                 exp.space  # noqa: B018 - validates pins and restrictions
             except InvalidConfigError as exc:

@@ -16,7 +16,8 @@ pp_schedule           the registered schedules marked searched_by_default: 1f1b,
 ep                    divisors of the expert count up to the GPU count (MoE only)
 mbs                   1, 2, 4, 8
 recompute             none, selective, full
-precision             bf16, fp8, nvfp4 (each only where the hardware has it)
+precision             the baseline's: numerics are the user's (NUMERICS); ``allow=("precision",)`` opens
+                      bf16, fp8, nvfp4 (each only where the hardware has it) and the FP8 recipes
 moe_a2a_backend       alltoall, deepep (MoE only)
 moe_sync_free         false, true (MoE only; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
@@ -28,6 +29,11 @@ pipeline layout keys  derived per (pp, vpp), not searched (LAYOUT_KEYS): uneven 
 The baseline's own values are always included. A user ``pin`` sets an axis to one value; a user
 ``restrict`` replaces an axis's value list (any TrainingConfig field may be restricted, e.g.
 ``recompute_num_layers: [null, 1, 2]`` or ``overlap_grad_reduce: [true, false]``).
+
+Axes that change what is trained rather than how (:data:`NUMERICS`: number format and FP8 recipe, FP8
+activations, token dropping) hold the baseline's value unless the space opens them: a ``restrict`` that
+lists them, or ``allow`` naming their group, which gives the group its default values
+(:func:`numerics_defaults`). :meth:`SearchSpace.numerics` says which were open and what a point changed.
 
 Legality is the oracle's (:func:`oracle.legality.check`), never re-implemented here. Three
 canonical-form rules remove duplicates that the oracle would treat alike: with ``ep == 1`` the MoE
@@ -94,6 +100,31 @@ ORDINAL_AXES = frozenset({"tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "gbs", "s
 _LAYOUT_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainingConfig)
                                     if f.name in LAYOUT_KEYS}
 PARALLEL_AXES: tuple[str, ...] = ("tp", "cp", "pp", "vpp", "ep", "etp")
+NUMERICS: dict[str, tuple[str, ...]] = {
+    "precision": ("precision", "fp8_recipe"),
+    "fp8_activations": ("fp8_activations",),
+    "token_drop": ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity"),
+}
+"""Groups of axes that change the numerics (what is trained, not how): held at the baseline's value unless
+the space restricts them to a list or ``allow`` names their group."""
+NUMERICS_AXES: tuple[str, ...] = tuple(a for axes in NUMERICS.values() for a in axes)
+
+
+def numerics_defaults(run: RunConfig, group: str) -> dict[str, list[Any]]:
+    """The values an opened numerics group searches on ``run``'s hardware and model (legality prunes the
+    combinations, e.g. an FP8 recipe other than delayed without precision fp8)."""
+    hw, m = run.cluster.hardware, run.model
+    fp8 = hw.supports("fp8")
+    if group == "precision":
+        return {"precision": ["bf16"] + (["fp8"] if fp8 else []) + (["nvfp4"] if hw.fp4_gemms else []),
+                "fp8_recipe": (["delayed", "tensorwise", "blockwise"] + (["mxfp8"] if hw.mxfp8_gemms else []))
+                if fp8 else ["delayed"]}
+    if group == "fp8_activations":
+        return {"fp8_activations": [False, True] if fp8 else [False]}
+    if group == "token_drop":
+        return ({"moe_expert_capacity_factor": [None, 1.0], "moe_pad_expert_input_to_capacity": [False, True]}
+                if m.is_moe else {})
+    raise InvalidConfigError(f"allow: unknown numerics group {group!r}; valid: {', '.join(NUMERICS)}")
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -122,9 +153,11 @@ class SearchSpace:
     """Axes with their value lists around a baseline run, and the legal points among them."""
 
     def __init__(self, baseline: RunConfig, *, pins: Mapping[str, Any] | None = None,
-                 restrict: Mapping[str, Sequence[Any]] | None = None) -> None:
+                 restrict: Mapping[str, Sequence[Any]] | None = None, allow: Sequence[str] = ()) -> None:
         pins, restrict = dict(pins or {}), dict(restrict or {})
-        problems = unknown_key_problems(pins, list(FIELDS), "space.pin")
+        problems = [f"space.allow: unknown numerics group {g!r}; valid: {', '.join(NUMERICS)}"
+                    for g in allow if g not in NUMERICS]
+        problems += unknown_key_problems(pins, list(FIELDS), "space.pin")
         problems += unknown_key_problems(restrict, list(FIELDS), "space.restrict")
         for k in sorted(set(pins) & set(restrict)):
             problems.append(f"space: axis {k!r} is both pinned and restricted; give one of the two")
@@ -152,6 +185,8 @@ class SearchSpace:
         self.baseline: RunConfig = dataclasses.replace(baseline, training=base_t)
         """The baseline in canonical form (pins applied, 'auto' schedule resolved)."""
         defaults = self._default_values(self.baseline)
+        for group in dict.fromkeys(allow):
+            defaults.update(numerics_defaults(self.baseline, group))
         axes: dict[str, tuple[Any, ...]] = {}
         for name in CANONICAL_ORDER:
             base_v = getattr(base_t, name)
@@ -170,7 +205,7 @@ class SearchSpace:
         """Every field's allowed values (one value = held fixed)."""
         self.axes: tuple[str, ...] = tuple(n for n in CANONICAL_ORDER if len(axes[n]) > 1)
         """The searched axes (two or more values), in canonical order."""
-        self.pins, self.restrict = pins, restrict
+        self.pins, self.restrict, self.allow = pins, restrict, tuple(dict.fromkeys(allow))
         self._derive_layout = not any(k in pins or k in restrict for k in LAYOUT_KEYS)
         self._layouts: dict[tuple[int, int], dict[str, Any]] = {}
         if self._derive_layout:
@@ -189,8 +224,6 @@ class SearchSpace:
             "pp_schedule": [n for n, s in SCHEDULES.items() if s.searched_by_default],
             "mbs": [1, 2, 4, 8],
             "recompute": ["none", "selective", "full"],
-            "precision": (["bf16"] + (["fp8"] if hw.supports("fp8") else [])
-                          + (["nvfp4"] if hw.fp4_gemms else [])),
             "use_distributed_optimizer": [False, True],
             "fsdp": [False, True],
         }
@@ -413,6 +446,18 @@ class SearchSpace:
                                     "moe_a2a_backend=alltoall implies moe_sync_free=false",
                                     "fsdp=true implies use_distributed_optimizer=false"],
                 "baseline": self.point_of(self.baseline)}
+
+    def numerics(self, winner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Which numerics-changing axes (:data:`NUMERICS`) this space searches, and which of them a point
+        (``winner``: training values, e.g. a search's winner config) takes away from the baseline."""
+        base = self.baseline.training
+        shown = [a for a in NUMERICS_AXES if self.baseline.model.is_moe or a not in NUMERICS["token_drop"]]
+        out: dict[str, Any] = {"open": [a for a in NUMERICS_AXES if a in self.axes],
+                               "baseline": {a: getattr(base, a) for a in shown}}
+        if winner is not None:
+            t = base.replace(**{k: v for k, v in winner.items() if k in NUMERICS_AXES})
+            out["changed"] = {a: getattr(t, a) for a in NUMERICS_AXES if getattr(t, a) != getattr(base, a)}
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {"axes": len(self.axes), "raw_size": self.raw_size, "size": self.size,

@@ -170,7 +170,7 @@ def test_unknown_key_is_rejected_with_a_suggestion(tmp_path):
     msg = str(err.value)
     assert "unknown key 'hbm_capacity_gb'" in msg
     assert "did you mean 'hbm_capacity_gib'" in msg
-    assert "missing 'hbm_capacity_gib'" in msg
+    assert "is incomplete, missing memory.hbm_capacity_gib:" in msg
 
 
 def test_unknown_top_level_key_is_rejected(tmp_path):
@@ -179,7 +179,7 @@ def test_unknown_top_level_key_is_rejected(tmp_path):
 
 
 def test_missing_section_is_named(tmp_path):
-    with pytest.raises(HardwareProfileError, match=r"missing section 'network'"):
+    with pytest.raises(HardwareProfileError, match=r"is incomplete, missing network: a profile needs sections"):
         load_hardware(str(_broken(tmp_path, lambda d: d.pop("network"))))
 
 
@@ -212,7 +212,7 @@ def test_efficiency_without_source_is_rejected(tmp_path):
 
 
 def test_missing_efficiency_field_is_rejected(tmp_path):
-    with pytest.raises(HardwareProfileError, match=r"efficiency\.attention_bwd must be \{value: X, source"):
+    with pytest.raises(HardwareProfileError, match=r"is incomplete, missing efficiency\.attention_bwd: "):
         load_hardware(str(_broken(tmp_path, lambda d: d["efficiency"].pop("attention_bwd"))))
 
 
@@ -224,7 +224,8 @@ def test_all_problems_are_reported_together(tmp_path):
     with pytest.raises(HardwareProfileError) as err:
         load_hardware(str(_broken(tmp_path, mutate)))
     lines = str(err.value).splitlines()
-    assert any("missing section 'network'" in line for line in lines)
+    assert any("is incomplete, missing network:" in line for line in lines)
+    assert len(lines) == 3  # the missing keys in one line, each other problem in its own
     assert any("hbm_bandwidth_gb_per_s=0 must be > 0" in line for line in lines)
     assert any("needs a bf16 entry" in line for line in lines)
 

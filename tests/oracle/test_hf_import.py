@@ -148,7 +148,8 @@ def test_missing_keys_are_named_all_at_once():
     with pytest.raises(InvalidConfigError) as err:
         card_from_hf_config(cfg, "broken")
     msg = str(err.value)
-    assert "'vocab_size'" in msg and "'intermediate_size'" in msg and "llama" in msg
+    assert "vocab_size" in msg and "intermediate_size" in msg and "llama" in msg
+    assert err.value.problems == [msg]  # one line names them all
 
 
 def test_missing_model_type_falls_back_to_architectures():
