@@ -101,6 +101,11 @@ def _fit_run(row: dict, base: Path | None = None, adjust=None, quiet: bool = Fal
     run, assumed, skip = row_to_run(row, base)
     if skip:
         return None
+    if "confidence=low" in (row.get("recipe_source") or ""):
+        # no commit of the row's release reproduces its printed layout: its recipe is not what ran
+        if not quiet:
+            print(f"   (excluded {row['id']}: its recipe was read from code that does not reproduce the printed row)")
+        return None
     if adjust is not None:
         run = adjust(run)
     if assumed and not project(run).fits:
@@ -314,7 +319,8 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
 # Prior spread of each fitted log-multiplier: the fit is a MAP estimate, so a parameter the rows barely
 # constrain (GEMM vs attention share on two sequence lengths, host cost on one MoE row) stays near its
 # sourced prior instead of running to a bound. One sd = x1.35 on GEMM, x1.65 on attention, x7 on host.
-PRIOR_SD = {"gemm": 0.3, "attention": 0.5, "host_op_s": 2.0, "gemm_fp4": 0.3, "gemm_mxfp8": 0.1}
+PRIOR_SD = {"gemm": 0.3, "attention": 0.5, "host_op_s": 2.0, "gemm_fp4": 0.3, "gemm_mxfp8": 0.1, "gemm_grouped": 0.3,
+            "moe_sync_stall_s": 2.0}
 """... and x1.1 on MXFP8 beyond the generation's GEMM multiplier: the same tensor cores at the same peak, so a
 recipe's own cost is expected within ~10% (NVIDIA's same-layout pairs measure 2-6%)."""
 ROW_SD = 0.10
@@ -337,7 +343,18 @@ def _gen_params(rows: list[FitRow]) -> list[str]:
         names.append("gemm_fp4")
     if any(r.run.training.gemm_kernel == "mxfp8" for r in rows):
         names.append("gemm_mxfp8")
+    if sum(1 for r in rows if r.run.model.is_moe) >= MIN_MOE_ROWS_FOR_HOST:
+        names.append("gemm_grouped")
     return names
+
+
+STACK_PARAMS = ("host_op_s", "moe_sync_stall_s")
+"""Parameters of a vendor's host software stack, one multiplier per stack (the host CPU and the framework's
+MoE path, not the GPU): the issue time per framework op, and the device idle per dispatcher sync."""
+
+
+def _synced_moe(r: FitRow) -> bool:
+    return r.run.model.is_moe and r.run.training.ep > 1 and r.run.training.moe_host_sync
 
 
 def _gen_eff(hw, names, x) -> dict:
@@ -354,6 +371,10 @@ def _gen_eff(hw, names, x) -> dict:
             d["attention_bwd"] = min(1.0, e.attention_bwd * math.exp(v))
         elif n == "host_op_s":
             d["host_op_s"] = e.host_op_s * math.exp(v)
+        elif n == "moe_sync_stall_s":
+            d["moe_sync_stall_s"] = e.moe_sync_stall_s * math.exp(v)
+        elif n == "gemm_grouped":
+            d["gemm_grouped"] = min(1.0 / max(e.gemm_bf16, e.gemm_fp8, 1e-9), e.gemm_grouped * math.exp(v))
         elif n == "gemm_fp4":
             d["gemm_fp4"] = min(1.0, e.gemm_fp4 * math.exp(v))
         elif n == "gemm_mxfp8":  # the MXFP8 recipe's own cost, on top of the GEMM multiplier
@@ -386,9 +407,11 @@ def fit_all(rows: list[FitRow]) -> dict[str, dict]:
     for grp, members in HOST_GROUPS.items():
         if sum(1 for r in rows if generation_of(r.part) in members and r.run.model.is_moe) >= MIN_MOE_ROWS_FOR_HOST:
             cols.append((grp, "host_op_s"))
+        if sum(1 for r in rows if generation_of(r.part) in members and _synced_moe(r)) >= MIN_MOE_ROWS_FOR_HOST:
+            cols.append((grp, "moe_sync_stall_s"))
 
     def gen_cols(g: str) -> list[int]:
-        return [i for i, (o, n) in enumerate(cols) if o == g or (n == "host_op_s" and o == host_group_of(g))]
+        return [i for i, (o, n) in enumerate(cols) if o == g or (n in STACK_PARAMS and o == host_group_of(g))]
 
     order = [r for g in gens for r in by_gen[g]]
     sparsity = np.zeros((len(order) + len(cols), len(cols)), dtype=int)
@@ -403,7 +426,7 @@ def fit_all(rows: list[FitRow]) -> dict[str, dict]:
         return np.concatenate([_resid(by_gen[g], [cols[i][1] for i in gen_cols(g)], x[gen_cols(g)]) for g in gens])
 
     x0 = np.zeros(len(cols))
-    host_cols = [i for i, (_, n) in enumerate(cols) if n == "host_op_s"]
+    host_cols = [i for i, (_, n) in enumerate(cols) if n in STACK_PARAMS]
     for i in host_cols:
         # max(device, host) is flat in host_op_s wherever the host does not bind: start from the best
         # of a few host costs (0.5x .. 8x the prior) so the gradient sees the host-bound rows
@@ -413,8 +436,8 @@ def fit_all(rows: list[FitRow]) -> dict[str, dict]:
             x[i] = lg
             starts.append((float(np.sum(resid(x) ** 2)), x))
         x0 = min(starts, key=lambda t: t[0])[1]
-    lo = [-1.5 if n != "host_op_s" else -3.0 for _, n in cols]
-    hi = [1.0 if n != "host_op_s" else 3.0 for _, n in cols]
+    lo = [-1.5 if n not in STACK_PARAMS else -3.0 for _, n in cols]
+    hi = [1.0 if n not in STACK_PARAMS else 3.0 for _, n in cols]
     sd = np.array([PRIOR_SD[n] for _, n in cols])
     sol = least_squares(lambda x: np.concatenate([_robust(resid(x) / ROW_SD), x / sd]), x0, bounds=(lo, hi),
                         diff_step=1e-3, jac_sparsity=sparsity)
@@ -424,9 +447,12 @@ def fit_all(rows: list[FitRow]) -> dict[str, dict]:
         names = [cols[i][1] for i in idx]
         out[g] = {"names": names, "x": sol.x[idx], "before": _resid(by_gen[g], names, np.zeros(len(idx))),
                   "after": _resid(by_gen[g], names, sol.x[idx])}
-    for i in host_cols:  # the vendor's other generations take its host cost
+    for i in host_cols:  # the vendor's other generations take its host costs
         for g in HOST_GROUPS[cols[i][0]]:
-            out.setdefault(g, {"names": ["host_op_s"], "x": sol.x[[i]], "before": np.array([]), "after": np.array([])})
+            fit = out.setdefault(g, {"names": [], "x": np.array([]), "before": np.array([]), "after": np.array([])})
+            if cols[i][1] not in fit["names"]:
+                fit["names"] = [*fit["names"], cols[i][1]]
+                fit["x"] = np.append(fit["x"], sol.x[i])
     return out
 
 
@@ -475,9 +501,10 @@ def write_profiles(fits: dict[str, dict], rows: list[FitRow], paths: list[str]) 
                     if k not in eff and loaded.efficiency_sources.get(k, "").startswith(_JOINT_TAG)}
             for field_name, value in {**eff, **back}.items():
                 p_val, p_src = prior[field_name]
-                if field_name == "host_op_s" and field_name in eff:  # one multiplier per vendor stack
+                if field_name in STACK_PARAMS and field_name in eff:  # one multiplier per vendor stack
                     grp = host_group_of(gen)
-                    moe = [r.id for r in rows if host_group_of(generation_of(r.part)) == grp and r.run.model.is_moe]
+                    moe = [r.id for r in rows if host_group_of(generation_of(r.part)) == grp and r.run.model.is_moe
+                           and (field_name == "host_op_s" or _synced_moe(r))]
                     over = (f"the {grp} host stack (one multiplier shared by {', '.join(HOST_GROUPS[grp])}) over "
                             f"{len(moe)} MoE rows ({', '.join(moe[:3])}{', ...' if len(moe) > 3 else ''}")
                 else:
@@ -507,8 +534,8 @@ def joint(paths: list[str], quals: set[str], write: bool, held_out: bool) -> int
             print(f"== generation {gen}: no rows; its profiles keep their sourced priors{shared}")
             continue
         fit = fits[gen]
-        params = ", ".join(f"{n} " + (f"{math.exp(v) * rs[0].run.cluster.hardware.efficiency.host_op_s * 1e6:.1f} us"
-                                      if n == "host_op_s" else f"x{math.exp(v):.3f}") for n, v in zip(fit["names"], fit["x"]))
+        params = ", ".join(f"{n} " + (f"{math.exp(v) * getattr(rs[0].run.cluster.hardware.efficiency, n) * 1e6:.1f} us"
+                                      if n in STACK_PARAMS else f"x{math.exp(v):.3f}") for n, v in zip(fit["names"], fit["x"]))
         print(f"== generation {gen}: {len(rs)} rows, models {', '.join(sorted({r.model for r in rs}))}; {params}")
         for r, b, a in zip(rs, fit["before"], fit["after"]):
             print(f"   {r.id:48s} before {100 * (math.exp(b) - 1):+6.1f}%   after {100 * (math.exp(a) - 1):+6.1f}%")

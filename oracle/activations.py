@@ -10,7 +10,8 @@ ops in the graph, list theirs here. Symbols (one micro-batch, one GPU):
     T   = mbs * seq_len / cp      tokens of the micro-batch on this context-parallel rank
     Ts  = T / tp with sequence parallelism (SP), else T   (norm / residual / GEMM-input regions)
     H hidden, a heads, g KV groups, d head dim, F FFN, F_e expert FFN, E experts, k top-k, V padded vocab
-    B_g = 1 with fp8_activations else 2   (TE saves GEMM inputs in FP8; paper App. B.1's B_act)
+    B_g = the quantised copy TE keeps of a GEMM input under an FP8/FP4 recipe (1 B FP8, + scales), else 2;
+          the MLP activation's input is 1 B with fp8_activations (Megatron activation_func_fp8_input_store)
 
 Byte sizes: bf16 2, fp32 4, int64 8, dropout mask 1 (torch bool). Sources are cited per formula;
 "K22" is Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"

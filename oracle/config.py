@@ -67,7 +67,9 @@ class TrainingConfig:
     Only with precision=fp8 (docs/kernel-model.md "FP8 recipes"). Under framework=torchtitan delayed and
     tensorwise both mean torchao's dynamic per-tensor float8 (its own casts), mxfp8 its MX converter."""
     fp8_activations: bool = False
-    """Saved activations stored in FP8 (paper's B_act = 1)."""
+    """The MLP activation's input (the FC1 output) is saved in FP8 (Megatron-Core
+    ``activation_func_fp8_input_store``); the GEMM inputs TE saves are already the FP8 copies under an FP8 recipe
+    (the paper's B_act = 1 on every tensor is this plus those)."""
     pp_schedule: Schedule = "auto"
     """Pipeline schedule; auto = 1f1b for vpp=1, interleaved for vpp>1."""
     recompute: Literal["none", "selective", "full"] = "none"

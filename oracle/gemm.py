@@ -72,6 +72,8 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     e = hw.efficiency
     dtype = _runnable(hw, dtype)
     max_eff = {"fp8": e.gemm_fp8, "fp4": e.gemm_fp4, "mxfp8": e.gemm_mxfp8}.get(dtype, e.gemm_bf16)
+    if groups > 1:  # grouped expert GEMMs: their own fraction of the dense kernel's (efficiency.gemm_grouped)
+        max_eff *= e.gemm_grouped
     peak_per_unit = _dtype_peak(hw, dtype) / hw.num_compute_units
     k_factor = k / (k + e.gemm_k_half)
     tk = int(TILE_K_BYTES / VALUE_BYTES.get(dtype, 2.0))

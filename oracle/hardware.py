@@ -75,6 +75,10 @@ class Efficiency:
     """Host (CPU) time to issue one framework-level operation of the training stack in eager mode
     (Python + Megatron-Core/Transformer Engine dispatch + launch). A pass whose ops are small is
     host-bound: the GPU idles until the host has issued them (oracle.opgraph counts the ops)."""
+    gemm_grouped: float = 1.0
+    """Fraction of its dense kernel's efficiency a grouped GEMM (a MoE layer's local experts: Transformer Engine's
+    multi-stream GroupedLinear or a fused grouped kernel) reaches: ragged groups, a prologue and epilogue per
+    group, per-group scale factors. 1.0 = the same as one large GEMM."""
     attention_exp_overlap: float = 0.0
     """Share of the shorter of a flash-attention tile's matmul time and its softmax-exponential time that the
     kernel hides behind the longer (0: they add up; 1: max of the two). What the attention kernels of the
@@ -203,7 +207,7 @@ _LINKS = {"scale_up": ["domain_size", "ranks_per_domain", "topology", "bandwidth
           "inter_pod": ["pod_size", "bandwidth_gb_per_s", "latency_us"]}
 _DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp6", "fp4", "int8")
 _FRACTIONS = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "gemm_mxfp8", "attention_fwd", "attention_bwd", "hbm", "scale_up_bus",
-              "scale_out_bus", "attention_exp_overlap")
+              "scale_out_bus", "attention_exp_overlap", "gemm_grouped")
 
 
 class _Missing(str):
@@ -361,6 +365,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
             continue
         if entry is None and fname == "gemm_fp4" and "fp4" not in peaks:
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp4 tensor cores"
+            continue
+        if entry is None and fname == "gemm_grouped":
+            eff_vals[fname], eff_src[fname] = 1.0, "not given: grouped GEMMs at the dense kernels' efficiency"
             continue
         if entry is None and fname == "attention_exp_overlap":
             eff_vals[fname], eff_src[fname] = 0.0, "not given: matmuls and exponentials add up"

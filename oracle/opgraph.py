@@ -168,14 +168,19 @@ class Shapes:
     moe_load: float = 1.0
     """Busiest expert's pairs over the mean (TrainingConfig.moe_load: imbalance, capped or padded by the
     capacity factor)."""
+    paged_stash: bool = False
+    """The routed experts' saved activations are copied into a paged stash and back (TrainingConfig.moe_paged_stash)."""
     buffer_load: float = 1.0
     """Saved tensors only: what the experts' saved activations are sized for over the balanced share
     (TrainingConfig.moe_buffer_load: the paged stash's factor, HybridEP's static budget, else moe_load)."""
     capacity_factor: float | None = None
     """Token-drop MoE: the router also keeps each expert's top-capacity tokens (TrainingConfig)."""
     saved_gemm_bytes: float = BF16
-    """Bytes per saved GEMM input: the quantised copy TE keeps under an FP8/FP4 recipe (saved_input_bytes), 1 with
-    fp8_activations (paper App. B.1's B_act), else bf16."""
+    """Bytes per saved GEMM input: the quantised copy TE keeps under an FP8/FP4 recipe (saved_input_bytes), else
+    bf16."""
+    act_input_bytes: float = BF16
+    """Bytes per saved MLP activation input (the FC1 output): 1 with fp8_activations (Megatron-Core
+    ``activation_func_fp8_input_store``), else bf16."""
     flash_attention: bool = True
     """Saved tensors only (oracle.activations.MemoryAssumptions): fused attention keeps a logsumexp,
     not the a x s x s softmax."""
@@ -221,7 +226,9 @@ class Shapes:
         return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
                    seq_len=t.seq_len, dtype=t.gemm_kernel, fp8_recipe=t.fp8_recipe, moe_load=t.moe_load,
                    capacity_factor=t.moe_expert_capacity_factor, buffer_load=t.moe_buffer_load,
-                   saved_gemm_bytes=FP8 if t.fp8_activations else saved_input_bytes(t), framework=t.framework,
+                   paged_stash=t.moe_paged_stash,
+                   saved_gemm_bytes=saved_input_bytes(t), act_input_bytes=FP8 if t.fp8_activations else BF16,
+                   framework=t.framework,
                    compiled=t.torch_compile,
                    wgrad_c_bytes=2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16,
                    router_fusion=t.moe_router_fusion, fused_mlp=t.fused_grouped_mlp,
@@ -424,10 +431,11 @@ def _act_bytes_kernels(card, s: Shapes, elems: float) -> tuple[float, int]:
 
 def _mlp_saved(card, s: Shapes, tokens: float, ffn_r: float) -> tuple[tuple[Saved, ...], tuple[Saved, ...]]:
     """(activation op, down GEMM) saved tensors of an MLP of local width ``ffn_r``: the fc1 output is the
-    activation's input (K22 GeLU input 8sbh; SwiGLU keeps gate + up, 2F), bf16 (Megatron
-    activation_func_fp8_input_store=False); the activation output is the fc2 GEMM input (K22 "8sbh")."""
+    activation's input (K22 GeLU input 8sbh; SwiGLU keeps gate + up, 2F), bf16 unless Megatron's
+    activation_func_fp8_input_store (fp8_activations) keeps it in FP8; the activation output is the fc2 GEMM input
+    (K22 "8sbh"), kept as that GEMM keeps its inputs."""
     up = 2 if card.gated else 1
-    act: tuple[Saved, ...] = (Saved("fc1_output", tokens * up * ffn_r * BF16),)
+    act: tuple[Saved, ...] = (Saved("fc1_output", tokens * up * ffn_r * s.act_input_bytes),)
     if s.eager and card.gated:  # eager silu(w1 x) * w3 x: the multiply keeps the SiLU output too
         act += (Saved("silu_output", tokens * ffn_r * BF16),)
     return act, (Saved("act_output", tokens * ffn_r * s.saved_gemm_bytes),)
@@ -517,6 +525,14 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     if dt != "bf16":  # fused: only the dispatched tokens (FC1's input) are cast by a kernel of their own
         cast_elems = pairs * H if s.fused_mlp else pairs * (H + ffn_l)
         ops.append(_quant_op(s, "experts_quant", _cast_bytes(s, cast_elems), POST_SYNC, 2 * loops))
+    if s.paged_stash:
+        # Megatron-Core paged stash (transformer/moe/paged_stash.py): a Triton kernel copies each saved expert
+        # activation (the received tokens' rows) into the paged buffer in the forward and pops it back in the
+        # backward: read + write of the experts' saved bytes at the actual load, one launch per tensor
+        stashed = [x for op in ops if op.name in ("experts_up", "experts_act", "experts_down") for x in op.saved]
+        stash_b = sum(x.bytes for x in stashed) * s.moe_load / s.buffer_load
+        ops.append(Op(name="experts_stash", kind=MEMORY, bytes_f=2 * stash_b, kernels=len(stashed),
+                      host_ops=len(stashed), segment=POST_SYNC))
     if card.num_shared_experts:
         # fc1 input is the router input tensor (bf16: no extra copy; fp8: TE keeps an FP8 cast)
         fp8_in = (Saved("fc1_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()

@@ -476,6 +476,7 @@ SETTINGS: dict[str, Handler] = {
     "fp4": _fp4_recipe, "fp4_format": _ignore("the NVFP4 element format (e2m1) is fixed by fp4_recipe"),
     "fp8_param_gather": _param_gather, "fp4_param_gather": _param_gather,
     "fp8_dot_product_attention": _flag("fp8_dot_product_attention"), "fp8_output_proj": _flag("fp8_output_proj"),
+    "activation_func_fp8_input_store": _flag("fp8_activations"),
     "first_last_layers_bf16": _flag("first_last_layers_bf16"),
     "num_layers_at_start_in_bf16": _set("num_layers_at_start_in_bf16", _int),
     "num_layers_at_end_in_bf16": _set("num_layers_at_end_in_bf16", _int),

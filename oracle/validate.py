@@ -728,13 +728,34 @@ def headline(results: list[RowResult], groups: dict[str, Any]) -> dict[str, Any]
     tables (groups with >= 3 projected rows) of the per-table Spearman rank correlation."""
     done = [r for r in results if r.skipped is None and r.error is not None]
     newest = [r for r in done if r.newest]
-    worst = max(newest, key=lambda r: abs(r.error), default=None)
+    newest_a = [r for r in newest if r.quality == "A"]
+    every_a = [r for r in done if r.quality == "A"]
+
+    def worst(rs: list[RowResult]) -> dict[str, Any] | None:
+        w = max(rs, key=lambda r: abs(r.error), default=None)  # type: ignore[arg-type]
+        return None if w is None else {"id": w.id, "error": w.error}
     rhos = [g["spearman"] for g in groups.values() if g.get("spearman") is not None]
     return {"rows": len(results), "projected": len(done), "projected_share": len(done) / len(results) if results else None,
-            "newest": _abs_stats([r.error for r in newest]),
-            "worst_newest": None if worst is None else {"id": worst.id, "error": worst.error},
+            "newest": _abs_stats([r.error for r in newest]), "worst_newest": worst(newest),
+            "newest_A": _abs_stats([r.error for r in newest_a]), "worst_newest_A": worst(newest_a),
+            "every_A": _abs_stats([r.error for r in every_a]), "worst_every_A": worst(every_a),
             "tables_ranked": len(rhos), "spearman_median": statistics.median(rhos) if rhos else None,
             "spearman_min": min(rhos) if rhos else None}
+
+
+def by_model(results: list[RowResult]) -> dict[str, Any]:
+    """Per model (the row's model cell): the figures over its projected rows, over its quality-A rows and over
+    the newest release of its quality-A configurations, with the median signed error (a direction, not noise)."""
+    done = [r for r in results if r.skipped is None and r.error is not None]
+    out: dict[str, Any] = {}
+    for m in sorted({r.model for r in done}):
+        rs = [r for r in done if r.model == m]
+        a = [r for r in rs if r.quality == "A"]
+        na = [r for r in a if r.newest]
+        out[m] = {"all": _abs_stats([r.error for r in rs]), "every_A": _abs_stats([r.error for r in a]),
+                  "newest_A": _abs_stats([r.error for r in na]),
+                  "median_signed_every_A": statistics.median([r.error for r in a]) if a else None}
+    return out
 
 
 def summarize(results: list[RowResult]) -> dict[str, Any]:
@@ -753,4 +774,5 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
     summary = {"all": _abs_stats([r.error for r in done]), "quality_AB": _abs_stats(ab), "by_quality": by_quality,
                "skipped": sum(1 for r in results if r.skipped), "rows": len(results)}
     summary["headline"] = headline(results, groups)
+    summary["by_model"] = by_model(results)
     return {"summary": summary, "groups": groups, "contrasts": batch_contrasts(results)}

@@ -164,10 +164,27 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"newest release of each configuration: n={n['n']}  median |error| {100 * n['median_abs_error']:.1f}%  "
                 f"within 10%: {100 * n['within_10pct']:.0f}%  worst {h['worst_newest']['id']} "
                 f"{100 * h['worst_newest']['error']:+.1f}%")
+        for key, label in (("newest_A", "newest release, quality A"), ("every_A", "every quality-A row")):
+            x, w = h[key], h[f"worst_{key}"]
+            if x["n"]:
+                line += (f"\n          {label}: n={x['n']}  median |error| {100 * x['median_abs_error']:.1f}%  within 10%: "
+                         f"{100 * x['within_10pct']:.0f}%  worst {w['id']} {100 * w['error']:+.1f}%")
         if h["spearman_median"] is not None:
             line += (f"\n          per-table Spearman over {h['tables_ranked']} tables: median {h['spearman_median']:.3f}"
                      f"  min {h['spearman_min']:.3f}")
         print(line)
+        models = s.get("by_model") or {}
+        if models:
+            print("\nper model (quality A rows; newest release in brackets):")
+            mrows = []
+            for m, x in models.items():
+                a, na = x["every_A"], x["newest_A"]
+                if not a["n"]:
+                    continue
+                mrows.append([m, str(a["n"]), f"{100 * a['median_abs_error']:.1f}%", f"{100 * a['within_10pct']:.0f}%",
+                              f"{100 * x['median_signed_every_A']:+.1f}%",
+                              f"[{na['n']}: {100 * na['median_abs_error']:.1f}%]" if na["n"] else "-"])
+            print(table(mrows, ["model", "n", "median|err|", "within 10%", "median signed", "newest"], "lrrrrl"))
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0

@@ -101,9 +101,12 @@ _LAYOUT_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.field
                                     if f.name in LAYOUT_KEYS}
 PARALLEL_AXES: tuple[str, ...] = ("tp", "cp", "pp", "vpp", "ep", "etp")
 NUMERICS: dict[str, tuple[str, ...]] = {
-    "precision": ("precision", "fp8_recipe"),
+    "precision": ("precision", "fp8_recipe", "fp8_dot_product_attention", "fp8_output_proj", "first_last_layers_bf16",
+                  "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"),
     "fp8_activations": ("fp8_activations",),
-    "token_drop": ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity"),
+    "token_drop": ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "moe_expert_rank_capacity_factor"),
+    "optimizer": ("optimizer", "muon_ns_steps"),
+    "mtp": ("mtp_num_layers",),
 }
 """Groups of axes that change the numerics (what is trained, not how): held at the baseline's value unless
 the space restricts them to a list or ``allow`` names their group."""
@@ -124,6 +127,10 @@ def numerics_defaults(run: RunConfig, group: str) -> dict[str, list[Any]]:
     if group == "token_drop":
         return ({"moe_expert_capacity_factor": [None, 1.0], "moe_pad_expert_input_to_capacity": [False, True]}
                 if m.is_moe else {})
+    if group == "optimizer":
+        return {"optimizer": ["adam", "muon"]}
+    if group == "mtp":
+        return {"mtp_num_layers": sorted({0, m.mtp_layers})} if m.mtp_layers else {}
     raise InvalidConfigError(f"allow: unknown numerics group {group!r}; valid: {', '.join(NUMERICS)}")
 
 

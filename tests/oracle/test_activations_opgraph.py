@@ -117,6 +117,15 @@ def test_routed_expert_saved_bytes_by_hand_with_fp8_inputs():
     pairs = 1024 // 2 * 8 * 1.5  # SP shard x top-k x imbalance
     assert moe_pairs(run.model, g) == pairs
     assert [(t.name, t.bytes) for t in ops["experts_up"].saved] == [("expert_fc1_input", pairs * 2048 * FP8)]
+    # fp8_activations is Megatron's activation_func_fp8_input_store: the SwiGLU input in FP8 too
     assert [(t.name, t.bytes) for t in ops["experts_act"].saved] == [
-        ("expert_probs", pairs * FP32), ("fc1_output", pairs * 2 * 768 * BF16)]  # SwiGLU input stays bf16
+        ("expert_probs", pairs * FP32), ("fc1_output", pairs * 2 * 768 * FP8)]
     assert [(t.name, t.bytes) for t in ops["experts_down"].saved] == [("act_output", pairs * 768 * FP8)]
+    # without it the SwiGLU input stays bf16, and TE keeps the GEMM inputs as its quantised FP8 copies anyway
+    plain = make("qwen3-30b-a3b", tp=2, ep=2, precision="fp8", moe_imbalance=1.5)
+    ops = {op.name: op for op in layer_ops(plain.model, shape_of(plain).graph, "moe")}
+    assert [(t.name, t.bytes) for t in ops["experts_act"].saved][1] == ("fc1_output", pairs * 2 * 768 * BF16)
+    assert [(t.name, t.bytes) for t in ops["experts_up"].saved] == [("expert_fc1_input", pairs * 2048 * FP8)]
+    bw = make("qwen3-30b-a3b", tp=2, ep=2, precision="fp8", fp8_recipe="blockwise", moe_imbalance=1.5)
+    ops = {op.name: op for op in layer_ops(bw.model, shape_of(bw).graph, "moe")}  # + an fp32 scale per 128
+    assert [(t.name, t.bytes) for t in ops["experts_up"].saved] == [("expert_fc1_input", pairs * 2048 * (1 + 4 / 128))]

@@ -117,8 +117,13 @@ def test_grouped_gemms_run_in_batches_of_the_streams_transformer_engine_uses():
     per group, and every batch is at least as fast as its groups run one by one."""
     from oracle.gemm import GROUPED_GEMM_STREAMS as S
 
-    h = load_hardware("b200")
+    fitted = load_hardware("b200")
+    # the stream batching alone: grouped GEMMs at the dense kernels' efficiency (efficiency.gemm_grouped = 1)
+    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, gemm_grouped=1.0))
     m, n, k = 1024, 4096, 7168  # a DeepSeek-V3 expert fc1 at EP 8, MBS 1: 128 tiles on 148 SMs
+    # the fitted grouped efficiency scales grouped calls only
+    assert gemm_time_s(fitted, m, n, k, "fp8", 1) == gemm_time_s(h, m, n, k, "fp8", 1)
+    assert gemm_time_s(fitted, m, n, k, "fp8", 8) >= gemm_time_s(h, m, n, k, "fp8", 8)
     one = gemm_time_s(h, m, n, k, "fp8", 1)
     batch = gemm_time_s(h, m, n, k, "fp8", S)
     assert gemm_time_s(h, m, n, k, "fp8", 8 * S) == pytest.approx(8 * batch)

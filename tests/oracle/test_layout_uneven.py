@@ -334,11 +334,21 @@ NVIDIA = SHARED / "validation" / "published-nvidia.csv"
 
 @pytest.mark.skipif(not NVIDIA.exists(), reason="shared/validation/published-nvidia.csv not present")
 def test_published_rows_without_a_layout_get_the_recipe_layout():
+    """A row that states no layout (its recipe cell emptied here) takes the framework recipe's uneven rule; a row
+    whose recipe states the layout (pipeline_model_parallel_layout) is priced with that layout, assumed nothing."""
     rows = [r for r in csv.DictReader(NVIDIA.open()) if r["model"] in ("deepseek-v3", "llama3.1-405b")
             and r["precision"] != "nvfp4"]
     assert len(rows) >= 40
+    stated = 0
     for r in rows:
-        run, assumed, skip = row_to_run(r)
+        if "pipeline_model_parallel_layout=" in r.get("recipe", ""):
+            run, assumed, skip = row_to_run(r)
+            if skip is None and not any("recipe rule" in a for a in assumed):
+                assert run.training.pipeline_model_parallel_layout in r["recipe"], r["id"]
+                stated += 1
+    assert stated >= 10
+    for r in rows:
+        run, assumed, skip = row_to_run(dict(r, recipe=""))
         if skip is not None:  # a row may be refused for another reason, never for its layout
             assert "pp*vpp" not in skip and "pipeline" not in skip, (r["id"], skip)
             continue

@@ -168,12 +168,18 @@ def test_app_b1_ours():
     assert paper_layer - ours_layer == pytest.approx(4 * TB * HB * 2 - extras, rel=1e-12)
     full = layer_activation_bytes(run, "moe", recompute="full")
     assert full == TB * HB * 2  # 0.25 GiB, as the paper
-    fp8 = run.with_training(precision="fp8", fp8_activations=True)
+    fp8 = run.with_training(precision="fp8")
     fp8_layer = next(c for c in module_tree(fp8, 0).children[0].children if c.name.startswith("moe_layer"))
     fp8_experts = modules(fp8_layer)["experts"] / n
-    # TE saves GEMM inputs in FP8 (H and F_e terms); the SwiGLU input (2 F_e) stays bf16
+    # TE saves GEMM inputs as their FP8 copies (H and F_e terms); the SwiGLU input (2 F_e) stays bf16
     assert fp8_experts == pytest.approx(KB * TB * (HB * 1 + 2 * FB * 2 + FB * 1) + tn["expert_probs"], rel=1e-12)
+    # with Megatron's activation_func_fp8_input_store (fp8_activations) the SwiGLU input is FP8 too: the paper's
+    # B_act = 1 on every expert tensor
+    all8 = run.with_training(precision="fp8", fp8_activations=True)
+    all8_layer = next(c for c in module_tree(all8, 0).children[0].children if c.name.startswith("moe_layer"))
+    all8_experts = modules(all8_layer)["experts"] / n
+    assert all8_experts == pytest.approx(KB * TB * (HB + 2 * FB + FB) + tn["expert_probs"], rel=1e-12)
     print(f"(b) ours: experts+shared {ours_moe / GIB:.2f}, attention {mods['self_attention'] / GIB:.2f}, "
-          f"layer {ours_layer / GIB:.2f}, full recompute {full / GIB:.2f}, FP8 experts {fp8_experts / GIB:.2f} "
-          f"(paper ~8.1 with B_act = 1 everywhere) GiB")
-    assert fp8_experts > paper_moe / 2
+          f"layer {ours_layer / GIB:.2f}, full recompute {full / GIB:.2f}, FP8 experts {fp8_experts / GIB:.2f}, "
+          f"all in FP8 {all8_experts / GIB:.2f} (paper ~8.1 with B_act = 1 everywhere) GiB")
+    assert all8_experts < fp8_experts and fp8_experts > paper_moe / 2

@@ -57,7 +57,7 @@ def _space() -> SearchSpace:
     samples hold batches of one plan (replayed together) next to plans met once (replayed alone)."""
     base = RunConfig.from_dict({"model": "mixtral-8x22b", "cluster": {"hardware": "mi355x", "num_gpus": 32},
                                 "training": {"seq_len": 4096, "gbs": 64, "pp": 4, "vpp": 2, "ep": 8, "tp": 2}})
-    return SearchSpace(base, restrict={"pp": [2, 4], "tp": [2, 4], "cp": [1], "mbs": [1],
+    return SearchSpace(base, restrict={"pp": [2, 4], "tp": [2, 4], "cp": [1], "mbs": [1], "precision": ["bf16", "fp8"],
                                        "pp_schedule": ["1f1b", "interleaved", "zero_bubble", "zbv"]})
 
 

@@ -48,7 +48,7 @@ def test_assumed_memory_setting_fits_by_the_projections_own_count():
     of layernorm alone; the schedule simulator's count (the one the projection reports) puts it over the
     cap, so the assumption must pick a setting that fits by that count."""
     [res] = validate_rows([_row(id="r", model="deepseek-v3", hardware="gb200-nvl72", num_gpus="512", gbs="8192",
-                                tp="1", pp="8", vpp="4", ep="64", precision="fp8", moe_a2a_backend="flex")])
+                                tp="1", pp="8", vpp="4", ep="64", precision="bf16", moe_a2a_backend="flex")])
     assert res.skipped is None, res.skipped
     assert res.fits, (res.projected_peak_gib, res.assumed)
     assert any("the fastest memory setting that fits" in a for a in res.assumed)

@@ -58,7 +58,7 @@ def test_an_unknown_group_is_a_one_line_error(tiny):
     with pytest.raises(InvalidConfigError) as e:
         SearchSpace(tiny.baseline, allow=("precison",))
     assert e.value.problems == ["space.allow: unknown numerics group 'precison'; valid: precision, fp8_activations, "
-                                "token_drop"]
+                                "token_drop, optimizer, mtp"]
 
 
 def test_numerics_says_what_a_point_changes(small):
