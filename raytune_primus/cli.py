@@ -15,6 +15,8 @@ from oracle.errors import PrimusError, clip
 from oracle.units import GIB
 
 EXIT_USAGE = 2
+EXIT_NOT_VALID = 3
+"""e2e-cpu measured under other load (--allow-busy): the numbers are no check either way."""
 MAX_ERROR_LINE = 1000
 """Error lines longer than this lose their middle (oracle.errors.clip): a 5,000-character value echoed
 back stays one readable line."""
@@ -68,7 +70,7 @@ def benchmark_source(args: argparse.Namespace):
     from oracle.benchmark.source import BenchmarkSource
     gpus = args.benchmark_gpus or default_benchmark_gpus()
     return BenchmarkSource(benchmark_gpus=gpus, bencher_options={
-        "cache_dir": args.cache_dir, "use_cache": not args.no_cache, "repeats": args.repeats})
+        "cache_dir": args.cache_dir, "use_cache": not args.no_cache, "repeats": args.repeats, "dtype": args.dtype})
 
 
 def _project_benchmark(args: argparse.Namespace, run) -> int:
@@ -267,16 +269,31 @@ def _calibrate(args: argparse.Namespace) -> int:
     """hardware calibrate: measure this machine and write a profile (see oracle.benchmark.calibrate)."""
     import yaml
 
-    from oracle.benchmark.calibrate import calibrate
+    from oracle.benchmark.calibrate import calibrate, need_cores
+    from oracle.benchmark.load import LoadMonitor
     from oracle.hardware import load_hardware
     name = args.name or "calibrated"
-    data, raw = calibrate(base=args.base, name=name, world=args.world, threads=args.threads)
+    mon = LoadMonitor(limit_cores=args.busy_limit, need_cores=need_cores(args.world, args.threads))
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731 - stdout may carry the profile
+    seen, _ = mon.wait_for_quiet(args.wait, log=log)
+    if seen is not None and seen.busy and not args.allow_busy:
+        raise _usage(f"machine busy: {seen.text()} after waiting up to {args.wait:.0f} s; a profile measured under "
+                     f"other load describes that load, not this machine - rerun when it is idle, or pass --allow-busy")
+    data, raw = calibrate(base=args.base, name=name, world=args.world, threads=args.threads, dtype=args.dtype,
+                          monitor=mon)
+    log(raw["compute_dtype"]["note"])
+    if raw["busy"]:
+        if not args.allow_busy:
+            raise _usage(f"machine busy while calibrating ({data['sources']['load']}): nothing written - rerun when "
+                         f"the machine is idle, or pass --allow-busy (the profile then says it was measured under load)")
+        log(f"warning: measured under other load ({data['sources']['load']}); the profile says so")
     text = yaml.safe_dump(data, sort_keys=False)
     if args.output:
         Path(args.output).write_text(text)
         load_hardware(args.output)  # the written profile must load
         e = data["efficiency"]
-        print(f"wrote {args.output}: {raw['device']}; gemm_bf16 {e['gemm_bf16']['value']}, hbm {e['hbm']['value']}, "
+        print(f"wrote {args.output}: {raw['device']}; {raw['kernels']['dtype']} GEMM "
+              f"{raw['kernels']['gemm_flops'] / 1e9:,.1f} GFLOP/s, gemm_bf16 {e['gemm_bf16']['value']}, hbm {e['hbm']['value']}, "
               f"attention {e['attention_fwd']['value']}/{e['attention_bwd']['value']}"
               + (f"; link {raw['links']['latency_s'] * 1e6:,.0f} us, "
                  f"{raw['links']['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s" if raw["links"] else ""))
@@ -286,16 +303,22 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_e2e_cpu(args: argparse.Namespace) -> int:
-    from raytune_primus.e2e.runner import e2e_text, run_e2e
+    from raytune_primus.e2e.runner import BusyMachine, e2e_text, run_e2e
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.format == "json" else \
         (lambda *a: print(*a, flush=True))
-    res = run_e2e(profile=args.profile, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                  repeats=args.repeats, iterations=args.iterations, rounds=args.rounds, log=log)
+    try:
+        res = run_e2e(profile=args.profile, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+                      repeats=args.repeats, iterations=args.iterations, rounds=args.rounds, budget_s=args.budget,
+                      wait_s=args.wait, allow_busy=args.allow_busy, busy_limit_cores=args.busy_limit,
+                      dtype=args.dtype, log=log)
+    except BusyMachine as exc:
+        print(f"error: {clip(str(exc), MAX_ERROR_LINE)}", file=sys.stderr)
+        return EXIT_NOT_VALID
     if args.format == "json":
         _print_json(res)
     else:
         print(e2e_text(res))
-    return 0
+    return {"PASS": 0, "FAIL": 1}.get(res["verdict"], EXIT_NOT_VALID)
 
 
 # ---------------------------------------------------------------------- plumbing
@@ -324,6 +347,20 @@ def add_benchmark_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="measurement cache folder (default ~/.cache/raytune-primus/bench)")
     p.add_argument("--no-cache", action="store_true", help="re-measure every layer (neither read nor write the cache)")
     p.add_argument("--repeats", type=_positive_int, default=7, help="timed repeats per layer (median; default 7)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
+                   help="dtype the layers are timed in (default auto: bf16 where the device runs it natively, else "
+                        "fp32, priced as the target's bf16 by the profile's throughput ratio)")
+
+
+def add_load_flags(p: argparse.ArgumentParser, wait_s: float) -> None:
+    """Flags of the busy-machine check (e2e-cpu, hardware calibrate)."""
+    from oracle.benchmark.load import BUSY_LIMIT_CORES
+    p.add_argument("--wait", type=float, default=wait_s, metavar="S",
+                   help=f"seconds to wait, in all, for a machine without other load (default {wait_s:.0f})")
+    p.add_argument("--allow-busy", action="store_true",
+                   help="measure even while other processes use the machine (the results say so)")
+    p.add_argument("--busy-limit", type=float, default=BUSY_LIMIT_CORES, metavar="CORES",
+                   help=f"others' CPU use, in cores, above which the machine counts as busy (default {BUSY_LIMIT_CORES})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -364,17 +401,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="calibrate: local processes (devices) whose links are measured (default 1: none)")
     hw.add_argument("--threads", type=_positive_int, help="calibrate on a CPU: cores per device (default: all)")
     hw.add_argument("-o", "--output", help="calibrate: write the profile YAML here (default: print it)")
+    hw.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
+                    help="calibrate: dtype of the kernels (default auto: bf16 where the device runs it natively, else "
+                         "fp32, whose peak then stands for bf16)")
+    add_load_flags(hw, wait_s=30)
     hw.set_defaults(func=cmd_hardware)
 
     e2 = sub.add_parser("e2e-cpu", help="CPU end-to-end proof: real multi-process gloo runs (DP, PP, EP) vs "
                         "projections from a 1-process benchmark")
     e2.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     e2.add_argument("--profile", help="hardware profile of one core per device (default: calibrate one first)")
-    e2.add_argument("--iterations", type=_positive_int, default=8, help="timed trainer iterations per run")
+    e2.add_argument("--iterations", type=_positive_int, default=8,
+                    help="most timed trainer iterations per run (fewer when the budget asks; default 8)")
     e2.add_argument("--rounds", type=_positive_int, default=3,
-                    help="rounds of (benchmark a run's layers, then the run), per run keeping the round with the "
-                         "fastest run and the projection from its own benchmark (default 3)")
+                    help="most rounds of (benchmark a run's layers, then the run), per run keeping the quiet round "
+                         "with the fastest run and the projection from its own benchmark (default 3; fewer when "
+                         "the budget asks)")
+    e2.add_argument("--budget", type=float, default=240.0, metavar="S",
+                    help="seconds for calibration and the rounds, waits for quiet not included (default 240)")
     add_benchmark_flags(e2)
+    add_load_flags(e2, wait_s=120)
     e2.set_defaults(func=cmd_e2e_cpu)
 
     mo = sub.add_parser("models", help="list, show or import model cards")

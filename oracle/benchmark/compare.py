@@ -120,11 +120,19 @@ def upscale_text(report: dict[str, Any]) -> str:
     if report.get("device_note"):
         lines.append(f"  {report['device_note']}")
     for name, e in report["layers"].items():
+        timed = f", timed in {e['measured_dtype']}" if e.get("measured_dtype", e.get("dtype")) != e.get("dtype") else ""
         line = (f"  measured {name:<16} F {_ms(e['measured_f_s'])} ms  B {_ms(e['measured_b_s'])} ms  "
-                f"W {_ms(e['measured_w_s'])} ms  ({e['shape']}; spread {100 * e['spread']:.0f}%)")
+                f"W {_ms(e['measured_w_s'])} ms  ({e['shape']}{timed}; spread {100 * e['spread']:.0f}%)")
         if "upscale_factor" in e and abs(e["upscale_factor"] - 1) > 1e-9:
             line += f"  x{e['upscale_factor']:.3f} at upscale"
         lines.append(line)
+    if report.get("compute_dtype"):
+        lines.append(f"  {report['compute_dtype']['note']}")
+    if report.get("dtype_note"):
+        lines.append(f"  dtype: {report['dtype_note']}")
+    if report.get("busy_layers"):
+        lines.append(f"  warning: {len(report['busy_layers'])} layer(s) measured while other processes used the machine "
+                     f"(not cached; rerun on an idle machine): {'; '.join(report['busy_layers'])}")
     if report.get("fp8_note"):
         lines.append(f"  fp8: {report['fp8_note']} ({report['fp8_gemm_speedup']:.2f}x)")
     lines.append(f"upscale (per iteration, critical rank): measured compute {up['measured_compute_s']:.4f} s; "

@@ -39,16 +39,19 @@ class Measurement:
     repeats: int = 0
     spread: float = 0.0
     """(max - min) / median of the full-layer forward+backward over the repeats (noise indicator)."""
+    dtype: str = ""
+    """The dtype the layer ran in ('' = the spec's): fp32 on a device without native bf16."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"spec_key": self.spec_key, "f_s": self.f_s, "b_s": self.b_s, "w_s": self.w_s,
                 "ops": {k: {"f_s": v.f_s, "b_s": v.b_s, "w_s": v.w_s} for k, v in self.ops.items()},
                 "params": self.params, "optimizer_s_per_param": self.optimizer_s_per_param,
-                "device": self.device, "repeats": self.repeats, "spread": self.spread}
+                "device": self.device, "repeats": self.repeats, "spread": self.spread,
+                "dtype": self.dtype}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Measurement":
         return cls(spec_key=d["spec_key"], f_s=float(d["f_s"]), b_s=float(d["b_s"]), w_s=float(d["w_s"]),
                    ops={k: OpTime(**v) for k, v in d.get("ops", {}).items()}, params=int(d.get("params", 0)),
                    optimizer_s_per_param=d.get("optimizer_s_per_param"), device=d.get("device", ""),
-                   repeats=int(d.get("repeats", 0)), spread=float(d.get("spread", 0.0)))
+                   repeats=int(d.get("repeats", 0)), spread=float(d.get("spread", 0.0)), dtype=d.get("dtype", ""))

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from oracle.benchmark.load import LoadMonitor
 from oracle.benchmark.measurement import Measurement
 from oracle.benchmark.spec import LayerSpec, layer_spec, run_layer_specs
 from oracle.compute import CommPart, LayerCost, LayerModel
@@ -34,6 +35,8 @@ from oracle.scaling import BenchPlan, downscale
 GEMM_OPS = ("qkv", "attn_out", "mlp_up", "mlp_down", "experts_up", "experts_down", "shared_mlp")
 EXPERT_OPS = ("permute", "experts_up", "experts_act", "experts_down", "unpermute")
 REPLICATED_OPS = ("router",)
+MATMUL_OPS = (*GEMM_OPS, "attn_core")
+"""Ops whose time scales with the GEMM throughput of their dtype (an fp32 timing is re-priced as bf16)."""
 BF16 = 2
 
 
@@ -68,37 +71,78 @@ def _anchors(run: RunConfig, plan: BenchPlan) -> dict[str, _Anchor]:
     return out
 
 
+def _gemm_rate(hw: Any, dtype: str, kernel: str = "") -> float:
+    """Achievable dense GEMM FLOP/s of ``hw`` in ``dtype``: peak x efficiency (the MXFP8 efficiency for the
+    mxfp8 kernel class). fp32 takes bf16's achievable fraction: profiles carry no fp32 GEMM efficiency."""
+    if not hw.supports(dtype):
+        raise BenchmarkError(f"hardware {hw.name} has no {dtype} peak (compute.peak_tflops has "
+                             f"{', '.join(sorted(hw.peak_flops_per_s))}): layers timed in {dtype} cannot be priced "
+                             f"on it; add one, or time the layers in another dtype (--dtype)")
+    e = hw.efficiency
+    if dtype == "fp8":
+        return hw.peak_flops_per_s["fp8"] * (e.gemm_mxfp8 if kernel == "mxfp8" and hw.mxfp8_gemms else e.gemm_fp8)
+    return hw.peak_flops_per_s[dtype] * e.gemm_bf16
+
+
 def fp8_speedup(run: RunConfig) -> float:
     """Achievable fp8 / bf16 GEMM throughput of the target profile (peak ratio x efficiency ratio, the MXFP8
     efficiency under fp8_recipe=mxfp8); 1 for bf16."""
     hw = run.cluster.hardware
     if run.training.precision != "fp8" or not hw.supports("fp8"):
         return 1.0
-    e = hw.efficiency
-    eff8 = e.gemm_mxfp8 if run.training.gemm_kernel == "mxfp8" and hw.mxfp8_gemms else e.gemm_fp8
-    return (hw.peak_flops_per_s["fp8"] * eff8) / (hw.peak_flops_per_s["bf16"] * e.gemm_bf16)
+    return _gemm_rate(hw, "fp8", run.training.gemm_kernel) / _gemm_rate(hw, "bf16")
+
+
+def dtype_speedup(run: RunConfig, measured_dtype: str) -> float:
+    """Achievable bf16 / ``measured_dtype`` GEMM throughput of the target profile: how much faster the target
+    runs in bf16 what was timed in ``measured_dtype`` (fp32 on a device without native bf16); 1 for bf16."""
+    if measured_dtype == "bf16":
+        return 1.0
+    hw = run.cluster.hardware
+    return _gemm_rate(hw, "bf16") / _gemm_rate(hw, measured_dtype)
+
+
+def dtype_note(run: RunConfig, measured_dtype: str) -> str:
+    """Where the bf16/measured ratio comes from ('' when the layers ran in bf16)."""
+    if measured_dtype == "bf16":
+        return ""
+    hw = run.cluster.hardware
+    peaks = hw.peak_flops_per_s
+    return (f"layers timed in {measured_dtype}, priced as the target's bf16 by {hw.name}'s achievable GEMM "
+            f"throughput ratio bf16/{measured_dtype} = peak {peaks['bf16'] / 1e12:,.4g}/{peaks[measured_dtype] / 1e12:,.4g} "
+            f"TFLOP/s (profile compute.peak_tflops) at equal efficiency = {dtype_speedup(run, measured_dtype):.3g}x: "
+            f"GEMM ops, attention core and the output layer divided by it, element-wise ops kept as measured")
 
 
 class Bencher:
     """Measures layer specs on the local device through the on-disk cache (imports torch)."""
 
     def __init__(self, *, cache_dir: str | None = None, use_cache: bool = True, warmup: int = 2, repeats: int = 7,
-                 per_op: bool = True, device: str | None = None, stat: str = "median", refresh: bool = False) -> None:
-        """``refresh``: measure even what the cache holds (and write the new timing over it)."""
+                 per_op: bool = True, device: str | None = None, stat: str = "median", refresh: bool = False,
+                 dtype: str = "auto") -> None:
+        """``refresh``: measure even what the cache holds (and write the new timing over it); ``dtype``: what
+        the layers are timed in, 'auto' = bf16 where the device runs it natively, else fp32 (oracle.benchmark.dtype)."""
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - torch is a dependency of benchmark mode
             raise BenchmarkError("benchmark mode needs torch (pip install torch)") from exc
         from oracle.benchmark import timing
         from oracle.benchmark.cache import MeasurementCache
+        from oracle.benchmark.dtype import choose_dtype
         self._timing = timing
         self.device = torch.device(device) if device else timing.default_device()
-        self.settings = timing.TimingSettings(warmup=warmup, repeats=repeats, per_op=per_op, stat=stat)
+        self.compute = choose_dtype(self.device, dtype)
+        self.settings = timing.TimingSettings(warmup=warmup, repeats=repeats, per_op=per_op, stat=stat,
+                                              compute_dtype=self.compute.dtype)
         self.cache = MeasurementCache(cache_dir) if use_cache else None
         self.device_name = timing.device_name(self.device)
         self.versions = timing.software_versions()
         self.measured: list[str] = []
         self.refresh = refresh
+        # on a CPU device others' load is the device's; a GPU's timings do not hang on the host's other cores
+        self.monitor = LoadMonitor(need_cores=torch.get_num_threads()) if self.device.type == "cpu" else None
+        self.busy: list[str] = []
+        """Layers measured while other processes used the machine (not cached: see oracle.benchmark.load)."""
 
     def measure(self, spec: LayerSpec) -> Measurement:
         settings = dataclasses.asdict(self.settings)
@@ -108,9 +152,15 @@ class Bencher:
             hit = None if self.refresh else self.cache.get(key)
             if hit is not None:
                 return hit
-        m = self._timing.measure_spec(spec, device=self.device, settings=self.settings)
+        if self.monitor is None:
+            m, seen = self._timing.measure_spec(spec, device=self.device, settings=self.settings), None
+        else:
+            m, seen = self.monitor.measure(lambda: self._timing.measure_spec(spec, device=self.device,
+                                                                             settings=self.settings))
         self.measured.append(spec.label())
-        if self.cache is not None and key is not None:
+        if seen is not None and seen.busy:
+            self.busy.append(f"{spec.label()} ({seen.text()})")
+        elif self.cache is not None and key is not None:
             self.cache.put(key, m, {"device": self.device_name, "versions": self.versions, "spec": spec.key(),
                                     "settings": settings})
         return m
@@ -136,6 +186,8 @@ class MeasuredLayerModel:
         self.sim = LayerModel(layout, comm)
         self.plan = source.plan(self.run)
         self.fp8 = fp8_speedup(self.run)
+        self.half = {"": 1.0}
+        """bf16 / measured-dtype throughput per measured dtype (dtype_speedup)."""
         self.scaled: dict[tuple[str, int | None], _Scaled] = {}
         self._anchor_times: dict[str, dict[str, float]] | None = None
 
@@ -145,14 +197,24 @@ class MeasuredLayerModel:
             self._anchor_times = self.src.anchor_times(self.run)
         return self._anchor_times
 
-    def _op_factor(self, op: str) -> float:
+    def _dtype_speedup(self, m: Measurement) -> float:
+        """How much faster the target's bf16 runs than the dtype ``m`` was timed in (1 for bf16)."""
+        if m.dtype not in self.half:
+            self.half[m.dtype] = dtype_speedup(self.run, m.dtype)
+        return self.half[m.dtype]
+
+    def _op_factor(self, op: str, half: float = 1.0) -> float:
+        """Upscale factor of one measured op: TP/ETP share, fp8 GEMM speed-up, and ``half`` (the bf16 / measured
+        dtype ratio) on the matmul ops (GEMMs and the attention core)."""
         f = 1.0
         if op in EXPERT_OPS:
             f *= self.plan.etp_compute_scale
         elif op not in REPLICATED_OPS:
             f *= self.plan.tp_compute_scale
         if op in GEMM_OPS:
-            f /= self.fp8
+            f /= self.fp8 * half
+        elif op in MATMUL_OPS:
+            f /= half
         return f
 
     def _scale(self, kind: str, window: int | None) -> _Scaled:
@@ -161,14 +223,16 @@ class MeasuredLayerModel:
         if hit is not None:
             return hit
         m = self.src.get(layer_spec(self.run.model, self.run, self.plan, kind, window))
+        half = self._dtype_speedup(m)
         if m.ops:
             raw = sum(o.total_s for o in m.ops.values())
-            up = sum(o.total_s * self._op_factor(k) for k, o in m.ops.items())
+            up = sum(o.total_s * self._op_factor(k, half) for k, o in m.ops.items())
             factor = up / raw if raw > 0 else self.plan.tp_compute_scale
-            attn = m.ops["attn_core"].f_s * self._op_factor("attn_core") if "attn_core" in m.ops else 0.0
+            attn = m.ops["attn_core"].f_s * self._op_factor("attn_core", half) if "attn_core" in m.ops else 0.0
         else:
-            # no per-op times: the whole layer takes the TP factor and the fp8 speed-up (an upper bound on fp8's gain)
-            factor, attn = self.plan.tp_compute_scale / self.fp8, 0.0
+            # no per-op times: the whole layer takes the TP factor, the fp8 speed-up and the dtype ratio (an
+            # upper bound on their gain: element-wise ops do not speed up with them)
+            factor, attn = self.plan.tp_compute_scale / (self.fp8 * half), 0.0
         s = _Scaled(m, m.f_s * factor, m.b_s * factor, m.w_s * factor, attn, factor)
         self.scaled[key] = s
         return s
@@ -214,7 +278,7 @@ class MeasuredLayerModel:
 
     def output(self) -> tuple[float, float, float]:
         m = self.src.get(layer_spec(self.run.model, self.run, self.plan, "output"))
-        k = self.plan.tp_compute_scale
+        k = self.plan.tp_compute_scale / self._dtype_speedup(m)  # the logits GEMM stays bf16 under fp8
         return m.f_s * k, m.b_s * k, m.w_s * k
 
 
@@ -356,7 +420,8 @@ class BenchmarkSource(LayerTimeSource):
                 continue
             m = self.get(spec)
             entry: dict[str, Any] = {"shape": spec.label(), "measured_f_s": m.f_s, "measured_b_s": m.b_s,
-                                     "measured_w_s": m.w_s, "device": m.device, "spread": m.spread}
+                                     "measured_w_s": m.w_s, "device": m.device, "spread": m.spread,
+                                     "dtype": spec.dtype, "measured_dtype": m.dtype or spec.dtype}
             if kind in ("dense", "moe"):
                 s = lm._scale(kind, window)
                 entry.update(upscale_factor=s.factor, f_s=s.f_s, b_s=s.b_s, w_s=s.w_s,
@@ -365,6 +430,7 @@ class BenchmarkSource(LayerTimeSource):
         bd = proj.breakdown
         comm = {c.kind: {"total_s": c.total_s, "exposed_s": c.exposed_s} for c in bd.comm}
         devices = sorted({e["device"] for e in layers.values() if e["device"]})
+        measured_dtypes = sorted({e["measured_dtype"] for e in layers.values()})
         return {
             "plan": plan.to_dict(),
             "devices": devices,
@@ -375,6 +441,12 @@ class BenchmarkSource(LayerTimeSource):
             "fp8_gemm_speedup": fp8_speedup(run),
             "fp8_note": ("fp8 GEMMs timed in bf16 and divided by the profile's fp8/bf16 achievable GEMM "
                          "throughput ratio") if run.training.precision == "fp8" else "",
+            "measured_dtypes": measured_dtypes,
+            "dtype_speedup": {d: dtype_speedup(run, d) for d in measured_dtypes},
+            "dtype_note": "; ".join(n for n in (dtype_note(run, d) for d in measured_dtypes) if n),
+            "compute_dtype": self._bencher.compute.to_dict() if self._bencher is not None else None,
+            "load": self._bencher.monitor.summary() if self._bencher is not None and self._bencher.monitor else None,
+            "busy_layers": list(self._bencher.busy) if self._bencher is not None else [],
             "collectives": self.anchor_times(run),
             "upscale": {
                 "measured_compute_s": bd.compute_s,

@@ -32,6 +32,10 @@ class TimingSettings:
     """'median' of the repeats, or 'min' (a machine shared with other jobs only ever slows a run down, so
     the minimum estimates the uncontended time; the CPU end-to-end check uses it on both sides)."""
 
+    compute_dtype: str | None = None
+    """The dtype layers are timed in when it is not the spec's (fp32 on a device without native bf16; see
+    oracle.benchmark.dtype); None = the spec's."""
+
     def pick(self, xs: list[float]) -> float:
         return min(xs) if self.stat == "min" else statistics.median(xs)
 
@@ -65,12 +69,6 @@ def software_versions() -> dict[str, str]:
     if torch.backends.cudnn.is_available() and torch.cuda.is_available():
         v["cudnn"] = str(torch.backends.cudnn.version())
     return v
-
-
-def supports_bf16(device: torch.device) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return True
 
 
 def _sync(device: torch.device) -> None:
@@ -183,9 +181,10 @@ def measure_spec(spec: LayerSpec, *, device: torch.device | None = None, setting
     BenchmarkError naming the layer and its shape."""
     dev = device or default_device()
     s = settings or TimingSettings()
-    dt = tl.torch_dtype(spec.dtype)
-    if dt == torch.bfloat16 and not supports_bf16(dev):
-        raise BenchmarkError(f"{spec.label()}: {device_name(dev)} does not support bf16")
+    dtype = s.compute_dtype or spec.dtype
+    dt = tl.torch_dtype(dtype)
+    if dt == torch.bfloat16 and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise BenchmarkError(f"{spec.label()}: {device_name(dev)} does not support bf16 (time it in fp32: --dtype fp32)")
     if spec.kind == "optimizer":
         try:
             rate = _time_optimizer(dev, optimizer_params(spec.params, dt, dev), s)
@@ -196,10 +195,10 @@ def measure_spec(spec: LayerSpec, *, device: torch.device | None = None, setting
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
         return Measurement(spec_key=spec.key(), f_s=0.0, b_s=0.0, w_s=0.0, params=spec.params,
-                           optimizer_s_per_param=rate, device=device_name(dev), repeats=s.repeats)
+                           optimizer_s_per_param=rate, device=device_name(dev), repeats=s.repeats, dtype=dtype)
     try:
         torch.manual_seed(0)
-        layer = tl.build(spec, dev)
+        layer = tl.build(spec, dev, dt)
     except Exception as exc:
         if _is_oom(exc):
             raise BenchmarkError(f"{spec.label()}: out of memory building the layer on {device_name(dev)} "
@@ -223,7 +222,7 @@ def measure_spec(spec: LayerSpec, *, device: torch.device | None = None, setting
         opt = _time_optimizer(dev, params, s) if s.optimizer else None
         return Measurement(spec_key=spec.key(), f_s=f, b_s=b, w_s=w, ops=ops,
                            params=sum(p.numel() for p in params), optimizer_s_per_param=opt,
-                           device=device_name(dev), repeats=s.repeats, spread=spread)
+                           device=device_name(dev), repeats=s.repeats, spread=spread, dtype=dtype)
     except BenchmarkError:
         raise
     except Exception as exc:

@@ -2,7 +2,8 @@
 projections are checked against (not part of the oracle).
 
 Each process is one "device" (``threads`` cores). The model is built from the same layer specs and torch
-modules benchmark mode times (oracle.benchmark.torch_layers), in bf16 with fp32 master weights and Adam:
+modules benchmark mode times (oracle.benchmark.torch_layers), in the dtype benchmark mode times them in (bf16
+where the CPU runs it natively, else fp32: oracle.benchmark.dtype) with fp32 master weights and Adam:
 
 * data parallel: DistributedDataParallel (bucketed gradient all-reduce overlapped with backward) and
   gradient accumulation over micro-batches (no_sync until the last);
@@ -44,6 +45,8 @@ class TrainJob:
     iterations: int = 6
     stat: str = "median"
     """Iteration-time statistic: 'min' (robust to other jobs on a shared machine) or 'median'."""
+    dtype: str = "bf16"
+    """Compute dtype of the model ('bf16', or 'fp32' on a CPU without native bf16)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -110,7 +113,7 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
 
 
-def build_stage(run: RunConfig, stage: int, dtype: torch.dtype) -> Stage:
+def build_stage(run: RunConfig, stage: int, dtype: str = "bf16") -> Stage:
     """The modules of pipeline stage ``stage`` of ``run`` (even layer split), EP-aware MoE layers."""
     m, t = run.model, run.training
     plan = downscale(run, run.cluster.num_gpus)  # the target layout itself: each rank's own share
@@ -119,18 +122,18 @@ def build_stage(run: RunConfig, stage: int, dtype: torch.dtype) -> Stage:
     layers = []
     for i in idx:
         window = m.sliding_window if m.uses_window(i) else None
-        spec = layer_spec(m, run, plan, m.layer_kinds[i], window, dtype="bf16")
+        spec = layer_spec(m, run, plan, m.layer_kinds[i], window, dtype=dtype)
         layer = tl.DecoderLayer(spec)
         if spec.kind == "moe" and t.ep > 1:
             layer.moe = ep_moe(spec)
         layers.append(layer)
-    emb = tl.Embedding(layer_spec(m, run, plan, "embedding")) if stage == 0 else None
-    head = Head(tl.OutputLoss(layer_spec(m, run, plan, "output"))) if stage == t.pp - 1 else None
-    return Stage(emb, layers, head).to(dtype=dtype)
+    emb = tl.Embedding(layer_spec(m, run, plan, "embedding", dtype=dtype)) if stage == 0 else None
+    head = Head(tl.OutputLoss(layer_spec(m, run, plan, "output", dtype=dtype))) if stage == t.pp - 1 else None
+    return Stage(emb, layers, head).to(dtype=tl.torch_dtype(dtype))
 
 
 class MasterAdam:
-    """Adam on fp32 master copies of bf16 parameters, written back after each step (as benchmark mode times)."""
+    """Adam on fp32 master copies of the parameters, written back after each step (as benchmark mode times)."""
 
     def __init__(self, params: list[nn.Parameter]) -> None:
         self.params = params
@@ -170,7 +173,7 @@ def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
     dp = world // (t.pp * t.tp * t.cp)
     n_micro = t.gbs // (t.mbs * dp)
     stage_idx = rank if t.pp > 1 else 0
-    model = build_stage(run, stage_idx, torch.bfloat16)
+    model = build_stage(run, stage_idx, job.get("dtype", "bf16"))
     params = [p for p in model.parameters()]
     ddp = None
     if t.pp == 1 and t.ep == 1 and dp > 1:
@@ -239,7 +242,7 @@ def run_job(job: TrainJob) -> dict[str, Any]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     payload = json.dumps({"config": job.config, "threads": job.threads, "warmup": job.warmup,
-                          "iterations": job.iterations, "stat": job.stat})
+                          "iterations": job.iterations, "stat": job.stat, "dtype": job.dtype})
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result.json")
         mp.spawn(worker, args=(payload, port, out), nprocs=job.world, join=True)

@@ -19,6 +19,14 @@ from oracle.scaling import downscale  # noqa: E402
 FAST = {"warmup": 0, "repeats": 1}
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch):
+    """Behaviour, not this shared machine's load: the Bencher's load check sees nothing (the busy branch is
+    tested with a scripted load)."""
+    from oracle.benchmark.load import LoadMonitor
+    monkeypatch.setattr(LoadMonitor, "since", lambda self, mark: None)
+
+
 def _spec(**kw) -> LayerSpec:
     base = dict(kind="dense", hidden=64, mbs=1, seq_q=32, seq_k=32, dtype="fp32", heads=4, kv_heads=2, head_dim=16,
                 ffn=96)
@@ -183,6 +191,19 @@ def test_cache_measures_each_shape_once_and_no_cache_always_measures(tmp_path):
     nc.measure(spec)
     nc.measure(spec)
     assert len(nc.measured) == 2
+
+
+def test_a_layer_measured_under_other_load_is_flagged_and_not_cached(monkeypatch, tmp_path):
+    from oracle.benchmark.compare import upscale_text
+    from oracle.benchmark.load import LoadMonitor, LoadSeen
+    monkeypatch.setattr(LoadMonitor, "since", lambda self, mark: LoadSeen(
+        wall_s=1.0, other_cores=0.9, own_cores=1.0, steal_cores=0.0, cpus=2, need_cores=2))
+    run = _run("tiny-dense")
+    src = BenchmarkSource(bencher=Bencher(cache_dir=str(tmp_path), **FAST))
+    rep = src.project(run).details["benchmark"]
+    assert not list(tmp_path.glob("*.json")) and len(rep["busy_layers"]) == len(src.specs(run))
+    assert "others used 0.90 of 2 core(s)" in rep["busy_layers"][0]
+    assert "measured while other processes used the machine (not cached" in upscale_text(rep)
 
 
 def test_search_records_a_failed_layer_as_a_failed_trial(monkeypatch):

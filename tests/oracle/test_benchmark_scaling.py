@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracle.benchmark.measurement import Measurement, OpTime
-from oracle.benchmark.source import GEMM_OPS, BenchmarkSource, fp8_speedup
+from oracle.benchmark.source import GEMM_OPS, MATMUL_OPS, BenchmarkSource, dtype_speedup, fp8_speedup
 from oracle.benchmark.spec import LayerSpec, run_layer_specs
 from oracle.config import RunConfig
 from oracle.errors import BenchmarkError
@@ -87,8 +87,9 @@ def test_downscale_invariants(tp, pp, ep, n):
 
 
 # ------------------------------------------------------------------------------------------ upscale
-def _synthetic(run: RunConfig, plan_gpus: int = 1, scale: float = 1.0) -> dict[str, Measurement]:
-    """Made-up measurements: every op 1 ms x scale forward, 2 ms B, 1 ms W; layers their sums."""
+def _synthetic(run: RunConfig, plan_gpus: int = 1, scale: float = 1.0, dtype: str = "") -> dict[str, Measurement]:
+    """Made-up measurements: every op 1 ms x scale forward, 2 ms B, 1 ms W; layers their sums; timed in
+    ``dtype`` ('' = the spec's)."""
     src = BenchmarkSource(benchmark_gpus=plan_gpus, measure=False)
     out = {}
     for (kind, _), spec in src.specs(run).items():
@@ -104,7 +105,8 @@ def _synthetic(run: RunConfig, plan_gpus: int = 1, scale: float = 1.0) -> dict[s
             ops[n] = OpTime(f_s=1e-3 * scale, b_s=2e-3 * scale, w_s=1e-3 * scale)
         k = max(1, len(names))
         out[spec.key()] = Measurement(spec_key=spec.key(), f_s=k * 1e-3 * scale, b_s=k * 2e-3 * scale,
-                                      w_s=k * 1e-3 * scale, ops=ops, params=1000, optimizer_s_per_param=1e-9)
+                                      w_s=k * 1e-3 * scale, ops=ops, params=1000, optimizer_s_per_param=1e-9,
+                                      dtype=dtype)
     return out
 
 
@@ -238,3 +240,63 @@ def test_the_fp8_speedup_of_measured_bf16_gemms_follows_the_recipe():
     mx = dataclasses.replace(base, training=base.training.replace(fp8_recipe="mxfp8"))
     e = base.cluster.hardware.efficiency
     assert fp8_speedup(mx) / fp8_speedup(base) == pytest.approx(e.gemm_mxfp8 / e.gemm_fp8)
+
+
+# ------------------------------------------------------------------------------------------ measured dtype
+def _profile_dict(name: str) -> dict:
+    from pathlib import Path
+
+    import yaml
+
+    from oracle.hardware import PROFILE_DIR
+    return yaml.safe_load((Path(PROFILE_DIR) / f"{name}.yaml").read_text())
+
+
+def _on(run: RunConfig, data: dict, name: str) -> RunConfig:
+    from oracle.hardware import profile_from_dict
+    return dataclasses.replace(run, cluster=dataclasses.replace(run.cluster, hardware=profile_from_dict(data, name)))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_layers_timed_in_fp32_are_priced_as_the_targets_bf16_by_the_profile_ratio(precision):
+    """A device without native bf16 times fp32 layers: the matmul ops (GEMMs, attention core) and the output
+    layer are divided by the target's achievable bf16/fp32 GEMM ratio (peaks from the profile, equal efficiency),
+    the fp8 speed-up on top for fp8 GEMMs; element-wise ops and the embedding stay as measured."""
+    run = _run("tiny-dense", gpus=1, gbs=4, hw="h100-sxm", precision=precision)
+    hw = run.cluster.hardware
+    ratio = dtype_speedup(run, "fp32")
+    assert ratio == pytest.approx(hw.peak_flops_per_s["bf16"] / hw.peak_flops_per_s["fp32"])
+    assert dtype_speedup(run, "bf16") == 1.0
+    bf, f32 = _source(run), _source(run, dtype="fp32")
+    L, comm = Layout(run), comm_model(hw, 1)
+    m = f32.get(f32.specs(run)[("dense", None)])
+    fp8 = fp8_speedup(run)
+    expect = sum(o.total_s / (ratio * (fp8 if k in GEMM_OPS else 1.0) if k in MATMUL_OPS else 1.0)
+                 for k, o in m.ops.items()) / sum(o.total_s for o in m.ops.values())
+    assert f32.layer_model(L, comm).layer("dense").f_s == pytest.approx(m.f_s * expect)
+    assert bf.layer_model(L, comm).layer("dense").f_s == pytest.approx(m.f_s * (
+        sum(o.total_s / (fp8 if k in GEMM_OPS else 1.0) for k, o in m.ops.items()) / sum(o.total_s for o in m.ops.values())))
+    assert f32.layer_model(L, comm).output()[0] == pytest.approx(bf.layer_model(L, comm).output()[0] / ratio)
+    assert f32.layer_model(L, comm).embedding() == bf.layer_model(L, comm).embedding()
+    rep = f32.project(run).details["benchmark"]
+    assert rep["measured_dtypes"] == ["fp32"] and rep["dtype_speedup"]["fp32"] == pytest.approx(ratio)
+    assert "h100-sxm" in rep["dtype_note"] and "compute.peak_tflops" in rep["dtype_note"]
+    assert bf.project(run).details["benchmark"]["dtype_note"] == ""
+
+
+def test_a_device_whose_bf16_is_its_fp32_prices_fp32_layers_as_they_ran():
+    """A profile calibrated on a CPU without bf16 carries bf16 = fp32 peaks: fp32 timings are its bf16 times."""
+    d = _profile_dict("cpu-host")
+    d["compute"]["peak_tflops"]["bf16"] = d["compute"]["peak_tflops"]["fp32"]
+    run = _on(_run("tiny-dense", gpus=1, gbs=4), d, "no-bf16")
+    assert dtype_speedup(run, "fp32") == 1.0
+    f32, bf = _source(run, dtype="fp32"), _source(run)
+    assert f32.project(run).iteration_time_s == pytest.approx(bf.project(run).iteration_time_s)
+
+
+def test_a_profile_without_the_measured_dtype_is_a_clear_error():
+    d = _profile_dict("cpu-host")
+    del d["compute"]["peak_tflops"]["fp32"]
+    run = _on(_run("tiny-dense", gpus=1, gbs=4), d, "bf16-only")
+    with pytest.raises(BenchmarkError, match="has no fp32 peak .*--dtype"):
+        _source(run, dtype="fp32").project(run)
