@@ -205,7 +205,7 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
         put("moe_grouped_gemm", True)  # the experts as Transformer Engine grouped GEMMs (TEGroupedMLP), as priced
         if t.moe_a2a_backend == "deepep":
             put("moe_token_dispatcher_type", "flex")
-            put("moe_enable_deepep", True)
+            put("moe_flex_dispatcher_backend", "deepep")  # Megatron-Core 0.19: moe_enable_deepep is deprecated
             if primus:
                 put("use_turbo_deepep", True)
         else:

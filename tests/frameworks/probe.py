@@ -8,7 +8,8 @@ it; never imported by the test process, whose modules it would disturb). Command
   ``ConfigContainer`` and each of its sections, and of TorchTitan's ``Trainer.Config`` sections.
 * ``megatron``: for each case (an argv), Megatron-LM's own parser, ``validate_args`` and the config
   objects Megatron-LM builds from the arguments (``core_transformer_config_from_args``,
-  ``get_megatron_ddp_config``, ``get_megatron_optimizer_config``); the error of each, or None.
+  ``get_megatron_ddp_config``, ``get_megatron_optimizer_config``); the error of each (a name Megatron warns
+  is deprecated counts as one), or None.
 * ``torchtitan``: for each case (``--module M --config C`` and overrides), TorchTitan's own
   ``ConfigManager.parse_args``; the error, or None.
 
@@ -235,15 +236,18 @@ def megatron(cases: list[dict[str, Any]]) -> list[str | None]:
             continue
         args.world_size, args.rank = case["world_size"], 0
         try:
-            with _gpu(tuple(case["capability"]), case.get("env", {})), contextlib.redirect_stdout(io.StringIO()):
+            with _gpu(tuple(case["capability"]), case.get("env", {})), contextlib.redirect_stdout(io.StringIO()), \
+                    warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 validate_args(args)
                 core_transformer_config_from_args(args)
                 get_megatron_ddp_config(args)
                 get_megatron_optimizer_config(args)
         except Exception as exc:  # noqa: BLE001 - the framework's own refusal is the result
             results.append(_error(exc))
-        else:
-            results.append(None)
+            continue
+        deprecated = sorted({" ".join(str(w.message).split()) for w in caught if "deprecat" in str(w.message).lower()})
+        results.append(f"deprecated: {' | '.join(deprecated)}" if deprecated else None)
     return results
 
 

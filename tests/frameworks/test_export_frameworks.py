@@ -2,7 +2,8 @@
 
 Megatron-LM: every flag goes through Megatron-LM's argument parser (an unknown flag, choice or type
 fails), then its ``validate_args`` and the Megatron-Core config objects it builds from the arguments
-(TransformerConfig / ModelParallelConfig, DistributedDataParallelConfig, OptimizerConfig). TorchTitan:
+(TransformerConfig / ModelParallelConfig, DistributedDataParallelConfig, OptimizerConfig); a name they
+warn is deprecated fails too. TorchTitan:
 the overrides go through ``ConfigManager.parse_args`` into ``Trainer.Config``. Primus: every override key
 is a Megatron-LM argument or one of the Primus-only keys the export documents.
 """
@@ -100,8 +101,9 @@ def megatron_case(run: RunConfig) -> dict[str, Any]:
             "env": launch_env(run)}
 
 
-BAD_MEGATRON = {"unknown-flag": ["--no-such-flag"], "tp-overlap-without-sp": ["--tp-comm-overlap"]}
-"""Flags added to a passing case that Megatron-LM must refuse (the check can fail)."""
+BAD_MEGATRON = {"unknown-flag": ["--no-such-flag"], "tp-overlap-without-sp": ["--tp-comm-overlap"],
+                "deprecated-flag": ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn"]}
+"""Flags added to a passing case that Megatron-LM must refuse or warn are deprecated (the check can fail)."""
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +119,11 @@ def test_megatron_export_builds_megatron_cores_configs(case, megatron_results):
     assert megatron_results[case] is None, f"{case}: {megatron_results[case]}\n{export_run(run_of(case), 'megatron')}"
 
 
-def test_megatron_check_fails_on_an_unknown_flag_and_a_refused_combination(megatron_results):
+def test_megatron_check_fails_on_an_unknown_flag_a_refused_combination_and_a_deprecated_name(megatron_results):
     """Megatron-LM's own parser and validate_args reject what they should."""
     assert "--no-such-flag" in (megatron_results["unknown-flag"] or "")
     assert "sequence parallelism" in (megatron_results["tp-overlap-without-sp"] or "")
+    assert "--cuda-graph-scope is deprecated" in (megatron_results["deprecated-flag"] or "")
 
 
 TORCHTITAN_MODEL = {"llama3": ("llama3", "llama3_8b"), "qwen3": ("qwen3", "qwen3_30b_a3b"),

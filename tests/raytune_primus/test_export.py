@@ -45,6 +45,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp4-format", choices=["e2m1"], dest="fp4")
     p.add_argument("--fp4-recipe", choices=["nvfp4"])
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
+    p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep", "ncclep"])
     p.add_argument("--pipeline-model-parallel-layout", type=str)
     p.add_argument("--moe-expert-capacity-factor", type=float)
     p.add_argument("--cuda-graph-impl", choices=["none", "local", "transformer_engine", "full_iteration"])
@@ -54,7 +55,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt-format", type=str)
     for flag in ("sequence-parallel", "bf16", "use-distributed-optimizer", "overlap-grad-reduce",
                  "overlap-param-gather", "tp-comm-overlap", "use-megatron-fsdp", "grad-reduce-in-bf16",
-                 "moe-enable-deepep", "cross-entropy-loss-fusion", "account-for-embedding-in-pipeline-split",
+                 "cross-entropy-loss-fusion", "account-for-embedding-in-pipeline-split",
                  "account-for-loss-in-pipeline-split", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute",
                  "moe-pad-expert-input-to-capacity", "moe-grouped-gemm"):
         p.add_argument(f"--{flag}", action="store_true")
@@ -120,7 +121,7 @@ def test_megatron_round_trip_moe_recompute_and_deepep():
     a = parse_megatron(export_run(run, "megatron"))
     assert a.expert_model_parallel_size == 4 and a.expert_tensor_parallel_size == 1
     assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == ("full", "block", 1)
-    assert a.moe_token_dispatcher_type == "flex" and a.moe_enable_deepep
+    assert a.moe_token_dispatcher_type == "flex" and a.moe_flex_dispatcher_backend == "deepep"
     b = parse_megatron(export_run(tiny(recompute="full"), "megatron"))  # every layer
     assert (b.recompute_method, b.recompute_num_layers) == ("uniform", 1)
     c = parse_megatron(export_run(tiny(recompute="selective"), "megatron"))
