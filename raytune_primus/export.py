@@ -8,10 +8,12 @@ MoE load imbalance). Nothing is dropped silently; a key added to ``TrainingConfi
 mapped here is listed as not exported.
 
 * ``megatron``: Megatron-LM ``pretrain_gpt.py`` arguments, one per line (a ``\\``-continued shell block).
-* ``primus``: a Primus experiment YAML override block (``modules.pre_trainer.overrides``, Megatron
-  argument names with underscores, plus the Primus-Turbo and zero-bubble keys Primus adds).
-* ``torchtitan``: TorchTitan job-config TOML sections (``[parallelism]``, ``[training]``,
-  ``[activation_checkpoint]``, ``[model]``).
+* ``primus``: a Primus experiment YAML override block (``modules.pre_trainer.overrides``, Megatron-LM
+  argument names as argparse stores them, e.g. ``fp8`` for ``--fp8-format``, plus the Primus-Turbo and
+  zero-bubble keys Primus adds: PRIMUS_ONLY_KEYS).
+* ``torchtitan``: TorchTitan 0.3 command-line overrides of ``Trainer.Config`` (``--parallelism.*``,
+  ``--training.*``, ``--compile.*``, the ``activation_checkpoint:<mode>`` subcommand) to append to
+  ``torchtitan.train --module MODEL --config CONFIG_FUNCTION``; TorchTitan 0.3 reads no TOML job file.
 
 Model architecture flags (layers, hidden size, ...) come from the model's own recipe in each
 framework and are not written; the header names the model and the cluster.
@@ -35,6 +37,10 @@ PROJECTION_ONLY = {
     "pipeline_split": "how the projection spread layers over stages; exported as the layout flags it implies",
 }
 """Keys that describe the projection's assumptions rather than a framework option."""
+PRIMUS_ONLY_KEYS: tuple[str, ...] = ("patch_zero_bubble", "enable_zero_bubble", "zero_bubble_v_schedule",
+                                     "zero_bubble_v_schedule_mem_setup", "use_turbo_deepep", "turbo_sync_free_moe_stage")
+"""The ``primus`` keys that are not Megatron-LM arguments: the zero-bubble scheduler Primus vendors and
+Primus-Turbo's DeepEP and sync-free MoE."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +113,8 @@ def _recompute(run: RunConfig) -> tuple[list[tuple[str, Any]], str | None]:
 
 
 def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
-    """Megatron argument names with underscores (the Primus YAML keys); the CLI form adds dashes."""
+    """Megatron-LM argument names as argparse stores them (the Primus YAML keys); the command line spells
+    them MEGATRON_FLAGS[name] or ``--`` + the dashed name."""
     t = run.training
     target = "primus" if primus else "megatron"
     ex = Export(target=target)
@@ -122,7 +129,7 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     put("pipeline_model_parallel_size", t.pp, "pp")
     schedule = t.schedule
     done.add("pp_schedule")
-    if t.vpp > 1:
+    if t.vpp > 1 and not getattr(t, "pipeline_model_parallel_layout", None):  # a layout states its stages
         n = _layers_per_virtual_stage(run)
         if n is not None and not _layout(run):
             put("num_layers_per_virtual_pipeline_stage", n, "vpp")
@@ -165,11 +172,11 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
         put("bf16", True)
     elif t.precision == "fp8":
         put("bf16", True)
-        put("fp8_format", "e4m3" if t.fp8_recipe == "mxfp8" else "hybrid")  # MXFP8: E4M3 throughout (TE)
+        put("fp8", "e4m3" if t.fp8_recipe == "mxfp8" else "hybrid")  # --fp8-format; MXFP8: E4M3 throughout (TE)
         put("fp8_recipe", t.fp8_recipe)
     elif t.precision == "nvfp4":
         put("bf16", True)
-        put("fp4_format", "e2m1")
+        put("fp4", "e2m1")  # --fp4-format
         put("fp4_recipe", "nvfp4")
     else:
         unsup.append(("precision", t.precision, "no known Megatron-LM flag"))
@@ -178,10 +185,11 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
             put(key, bool(getattr(t, key)), key)
         done.add(key)
     done.add("fsdp")
-    if t.fsdp:
-        put("use_torch_fsdp2", True)
-        if t.use_distributed_optimizer:
-            unsup.append(("use_distributed_optimizer", True, "Megatron-LM refuses it together with FSDP2"))
+    if t.fsdp:  # Megatron-FSDP (what the Megatron-Bridge recipes run): ZeRO-3 over the data-parallel group;
+        # it brings its own distributed optimizer and checkpoints only as fsdp_dtensor (validate_args)
+        put("use_megatron_fsdp", True)
+        put("data_parallel_sharding_strategy", "optim_grads_params")
+        put("ckpt_format", "fsdp_dtensor")
     done.add("grad_reduce_in_fp32")
     if not t.grad_reduce_in_fp32:
         put("grad_reduce_in_bf16", True)
@@ -194,9 +202,10 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
         put("tp_comm_overlap", False)
     done.update(("moe_a2a_backend", "moe_sync_free"))
     if run.model.is_moe:
+        put("moe_grouped_gemm", True)  # the experts as Transformer Engine grouped GEMMs (TEGroupedMLP), as priced
         if t.moe_a2a_backend == "deepep":
             put("moe_token_dispatcher_type", "flex")
-            put("moe_enable_deepep", True)
+            put("moe_flex_dispatcher_backend", "deepep")  # Megatron-Core 0.19: moe_enable_deepep is deprecated
             if primus:
                 put("use_turbo_deepep", True)
         else:
@@ -216,10 +225,13 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
         put("overlap_moe_expert_parallel_comm", True)
         put("delay_wgrad_compute", True)
     done.update(("cuda_graph_impl", "cuda_graph_scope"))
-    if t.cuda_graph_impl != "none":  # Megatron-Core --cuda-graph-impl / --cuda-graph-scope (empty: whole layer)
-        put("cuda_graph_impl", t.cuda_graph_impl)
+    if "full_iteration" in t.cuda_graph_scope:  # Megatron-Core 0.19: an impl of its own, without the NaN check
+        put("cuda_graph_impl", "full_iteration")
+        put("check_for_nan_in_loss_and_grad", False)
+    elif t.cuda_graph_impl != "none":  # --cuda-graph-impl / --cuda-graph-modules (was --cuda-graph-scope);
+        put("cuda_graph_impl", t.cuda_graph_impl)  # no modules: the whole layer
         if t.cuda_graph_scope:
-            put("cuda_graph_scope", list(t.cuda_graph_scope))
+            put("cuda_graph_modules", list(t.cuda_graph_scope))
     done.add("loss_fusion")
     if t.loss_fusion:
         put("cross_entropy_loss_fusion", True)
@@ -236,7 +248,13 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     return ex
 
 
+TORCHTITAN_CONVERTER = {"delayed": "Float8LinearConverter", "tensorwise": "Float8LinearConverter",
+                        "blockwise": "Float8LinearConverter", "mxfp8": "MXFP8LinearConverter"}
+"""TorchTitan 0.3's model converter (torchtitan/components/quantization) for each FP8 recipe."""
+
+
 def _torchtitan(run: RunConfig) -> Export:
+    """TorchTitan 0.3 ``Trainer.Config`` overrides (``--section.key``, torchtitan/config/manager.py)."""
     t = run.training
     ex = Export(target="torchtitan")
     opt, unsup = ex.options, ex.unsupported
@@ -259,7 +277,9 @@ def _torchtitan(run: RunConfig) -> Export:
     opt.append(("parallelism.pipeline_parallel_degree", t.pp))
     opt.append(("parallelism.context_parallel_degree", t.cp))
     opt.append(("parallelism.expert_parallel_degree", t.ep))
-    opt.append(("parallelism.expert_tensor_parallel_degree", t.etp))
+    if t.etp != 1:
+        unsup.append(("etp", t.etp, "TorchTitan 0.3 has no expert tensor parallelism: the experts shard over EP "
+                                    "and FSDP (efsdp = dp_shard*cp*tp/ep)"))
     done.update(("tp", "pp", "cp", "ep", "etp", "vpp", "pp_schedule"))
     if t.pp > 1:
         name = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble"}.get(t.schedule)
@@ -285,9 +305,12 @@ def _torchtitan(run: RunConfig) -> Export:
     done.update(LAYOUT_KEYS)
     done.update(("sequence_parallel", "tp_comm_overlap"))
     if t.tp > 1 and not t.sp:
-        unsup.append(("sequence_parallel", False, "TorchTitan's TP always shards the sequence (SP on)"))
-    if t.tp_overlap:
-        opt.append(("parallelism.enable_async_tensor_parallel", True))
+        opt.append(("parallelism.enable_sequence_parallel", False))
+    if t.tp_overlap and t.torch_compile:  # async TP is an Inductor pass: compile.enable with the model
+        opt.append(("compile.enable_async_tensor_parallel", True))
+    elif t.tp_overlap:
+        unsup.append(("tp_comm_overlap", True, "TorchTitan's async TP runs only under torch.compile "
+                                               "(compile.enable_async_tensor_parallel); re-project with torch_compile"))
     # local_batch_size is per data-parallel rank and step: with a pipeline the whole per-rank batch, cut
     # into pipeline_parallel_microbatch_size; without one, the micro-batch, and global_batch_size /
     # (local x dp) steps are accumulated
@@ -295,41 +318,53 @@ def _torchtitan(run: RunConfig) -> Export:
     opt.append(("training.global_batch_size", t.gbs))
     opt.append(("training.seq_len", t.seq_len))
     done.update(("mbs", "gbs", "seq_len"))
-    opt.append(("activation_checkpoint.mode", t.recompute))
-    if t.recompute == "selective":
-        opt.append(("activation_checkpoint.selective_ac_option", "op"))
     done.update(("recompute", "recompute_num_layers", "recompute_modules"))
     if t.recompute_modules is not None:
         unsup.append(("recompute_modules", list(t.recompute_modules), "TorchTitan's selective checkpointing is "
-                                                                      "per op or per layer, not per Megatron module"))
+                                                                      "per op, not per Megatron module"))
     if t.recompute == "full" and t.recompute_num_layers is not None:
-        unsup.append(("recompute_num_layers", t.recompute_num_layers, "TorchTitan checkpoints every layer (full) "
-                                                                      "or every n-th (selective_ac_option = n)"))
+        unsup.append(("recompute_num_layers", t.recompute_num_layers, "TorchTitan 0.3 checkpoints every layer "
+                                                                      "(activation_checkpoint:full)"))
     done.update(("precision", "fp8_recipe"))
     opt.append(("training.mixed_precision_param", "bfloat16"))
-    if t.precision == "fp8" and t.fp8_recipe == "mxfp8":
-        opt.append(("model.converters", ["mx"]))  # torchao MXFP8 (torchtitan's MX converter)
-    elif t.precision == "fp8":
-        opt.append(("model.converters", ["float8"]))  # torchao dynamic per-tensor scaling
-    elif t.precision != "bf16":
-        unsup.append(("precision", t.precision, "TorchTitan's converters are float8 and mx (MXFP8), not NVFP4"))
+    if t.precision == "fp8":
+        unsup.append(("precision", t.precision, f"TorchTitan 0.3 quantizes in the model's config function (model "
+                                                f"converters, no command-line key): for fp8_recipe={t.fp8_recipe} "
+                                                f"choose a --config with {TORCHTITAN_CONVERTER[t.fp8_recipe]}"))
+    elif t.precision == "nvfp4":
+        unsup.append(("precision", t.precision, "TorchTitan 0.3 quantizes in the model's config function (model "
+                                                "converters, no command-line key): choose a --config with "
+                                                "NVFP4LinearConverter"))
     done.add("grad_reduce_in_fp32")
-    opt.append(("training.mixed_precision_reduce", "float32" if t.grad_reduce_in_fp32 else "bfloat16"))
+    if t.grad_reduce_in_fp32:
+        opt.append(("training.mixed_precision_reduce", "float32"))
+    else:
+        unsup.append(("grad_reduce_in_fp32", False, "TorchTitan reduces gradients in float32 only "
+                                                    "(training.mixed_precision_reduce)"))
     done.update(("overlap_grad_reduce", "overlap_param_gather"))
     for key in ("overlap_grad_reduce", "overlap_param_gather"):
         if not getattr(t, key):
             unsup.append((key, False, "FSDP2/DDP in TorchTitan always overlap; it cannot be turned off"))
     done.update(("moe_a2a_backend", "moe_sync_free", "loss_fusion"))
     if run.model.is_moe and t.moe_a2a_backend == "deepep":
-        unsup.append(("moe_a2a_backend", "deepep", "TorchTitan dispatches with all-to-all (no DeepEP option)"))
+        unsup.append(("moe_a2a_backend", "deepep", "TorchTitan 0.3 picks the token dispatcher in the model's config "
+                                                   "function (e.g. --config qwen3_moe_deepep), no command-line key"))
     if run.model.is_moe and t.moe_sync_free:
         unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's"))
     done.add("moe_a2a_overlap")
     if t.moe_a2a_overlap:
         unsup.append(("moe_a2a_overlap", True, "TorchTitan has no merged forward/backward all-to-all overlap"))
     done.update(("cuda_graph_impl", "cuda_graph_scope"))
-    if t.cuda_graph_impl != "none":
-        unsup.append(("cuda_graph_impl", t.cuda_graph_impl, "TorchTitan has no CUDA graph option"))
+    if "full_iteration" in t.cuda_graph_scope and t.pp == 1:
+        pass  # TorchTitan 0.3 captures the whole forward+backward step by default
+    elif "full_iteration" in t.cuda_graph_scope:
+        unsup.append(("cuda_graph_scope", ["full_iteration"], "TorchTitan 0.3 captures the step only without "
+                                                              "pipeline parallelism"))
+    else:
+        opt.append(("training.disable_cuda_graphs", True))  # on by default in TorchTitan 0.3
+        if t.cuda_graph_impl != "none":
+            unsup.append(("cuda_graph_impl", t.cuda_graph_impl, "TorchTitan 0.3 captures the whole forward+backward "
+                                                                "step or nothing; per-layer graphs are Megatron's"))
     if not t.loss_fusion and t.framework != "torchtitan":
         unsup.append(("loss_fusion", False, "TorchTitan has no switch for it"))
     done.update(("framework", "torch_compile"))
@@ -338,6 +373,7 @@ def _torchtitan(run: RunConfig) -> Export:
     if t.framework != "torchtitan":
         unsup.append(("framework", t.framework, "the projection priced Megatron/Transformer Engine kernels; "
                                                 "re-project with framework=torchtitan for TorchTitan's"))
+    opt.append(("activation_checkpoint", t.recompute))  # a subcommand: activation_checkpoint:<mode>, last
     _rest(run, ex, done)
     return ex
 
@@ -389,13 +425,21 @@ def _plain(v: Any) -> str:
     return json.dumps(v) if isinstance(v, (bool, list)) or v is None else str(v)
 
 
+MEGATRON_FLAGS: dict[str, str] = {"fp8": "--fp8-format", "fp4": "--fp4-format"}
+"""Megatron-LM arguments whose flag is not ``--`` + the dashed argument name (megatron/training/arguments.py)."""
+MEGATRON_OFF_FLAGS: dict[str, str] = {"check_for_nan_in_loss_and_grad": "--no-check-for-nan-in-loss-and-grad"}
+"""Megatron-LM arguments that are on by default, and the flag that turns each off."""
+
+
 def _megatron_text(run: RunConfig, ex: Export) -> str:
     args = []
     for name, v in ex.options:
-        flag = "--" + name.replace("_", "-")
+        flag = MEGATRON_FLAGS.get(name, "--" + name.replace("_", "-"))
         if v is True:
             args.append(flag)
         elif v is False:
+            if name in MEGATRON_OFF_FLAGS:
+                args.append(MEGATRON_OFF_FLAGS[name])
             continue
         elif isinstance(v, list):  # nargs='*' (--recompute-modules core_attn moe_act)
             args.append(" ".join([flag, *map(shlex.quote, map(str, v))]))
@@ -416,25 +460,23 @@ def _primus_text(run: RunConfig, ex: Export) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))  # a TOML basic string is a JSON string
-
-
 def _torchtitan_text(run: RunConfig, ex: Export) -> str:
-    sections: dict[str, list[str]] = {}
+    """``--section.key value`` overrides (``--section.no_key`` for false), the activation-checkpoint
+    subcommand last (tyro reads what follows a subcommand as its own options)."""
+    args = []
     for name, v in ex.options:
-        sec, key = name.split(".", 1)
-        sections.setdefault(sec, []).append(f"{key} = {_toml_value(v)}")
-    lines = _header(run, ex)
-    for sec, body in sections.items():
-        lines += ["", f"[{sec}]", *body]
-    return "\n".join(lines) + "\n"
+        if "." not in name:
+            args.append(f"{name}:{v}")
+        elif isinstance(v, bool):
+            sec, key = name.split(".", 1)
+            args.append(f"--{name}" if v else f"--{sec}.no_{key}")
+        elif isinstance(v, list):
+            args.append(" ".join([f"--{name}", *map(shlex.quote, map(str, v))]))
+        else:
+            args.append(f"--{name} {shlex.quote(str(v))}")
+    head = _header(run, ex) + ["# TorchTitan 0.3: append to  torchrun ... -m torchtitan.train --module MODEL "
+                               "--config CONFIG_FUNCTION"]
+    return "\n".join(head + [a + " \\" for a in args[:-1]] + args[-1:]) + "\n"
 
 
 def export_run(run: RunConfig, target: str) -> str:

@@ -249,7 +249,7 @@ def _export_block(out: list[str], run: Any) -> None:
         from raytune_primus.export import TARGETS, export_run
     except ImportError:
         return
-    out.append("<details><summary>launch it: Megatron-LM arguments, Primus overrides, TorchTitan TOML "
+    out.append("<details><summary>launch it: Megatron-LM arguments, Primus overrides, TorchTitan overrides "
                "(<code>raytune-primus export RESULTS_DIR --to TARGET</code>)</summary>")
     for target in TARGETS:
         try:

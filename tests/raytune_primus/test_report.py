@@ -70,7 +70,7 @@ def test_tune_writes_the_report_with_every_figure(tuned):
     assert "<script" not in html and "@import" not in html
     w = summary["winner"]
     assert f"{w['tokens_per_s_per_gpu']:,.0f}" in html and w["key"] in html
-    assert "--tensor-model-parallel-size" in html and "[parallelism]" in html  # the launch exports
+    assert "--tensor-model-parallel-size" in html and "--parallelism.tensor_parallel_degree" in html  # the launch exports
 
 
 def test_report_command_rewrites_it_and_rejects_a_non_run_dir(tuned, capsys, tmp_path):
