@@ -341,7 +341,7 @@ class LayerModel:
                 f_exp = max(0.0, f_exp - shared_f)
                 b_exp = max(0.0, b_exp - shared_bw)
             if t.moe_a2a_overlap:  # forward a2a under another micro-batch's backward, and vice versa
-                cover_bw = layer_b + (layer_w if t.delay_wgrad_compute else 0.0)
+                cover_bw = layer_b + (layer_w if t.delays_wgrad else 0.0)
                 f_exp = min(f_exp, self.overlapped_a2a_s(a2a, cover_bw))
                 b_exp = min(b_exp, self.overlapped_a2a_s(a2a, layer_f))
             comm["ep_a2a"] = CommPart(a2a, f_exp, a2a, b_exp, d.algorithm)

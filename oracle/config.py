@@ -123,9 +123,10 @@ class TrainingConfig:
     moe_shared_expert_overlap: bool = False
     """The shared experts run on a side stream while the dispatch and combine all-to-alls are in flight
     (Megatron-Core ``moe_shared_expert_overlap``): their compute hides that much of the all-to-all."""
-    delay_wgrad_compute: bool = False
+    delay_wgrad_compute: bool | None = None
     """The expert MLP's weight-gradient GEMMs are deferred (Megatron-Core ``delay_wgrad_compute``), so under
-    ``moe_a2a_overlap`` the backward's all-to-all overlaps them too (without it only the dgrad covers it)."""
+    ``moe_a2a_overlap`` the backward's all-to-all overlaps them too (without it only the dgrad covers it). None =
+    with moe_a2a_overlap, as Megatron-Bridge's overlap setter turns both on (``delays_wgrad``)."""
     moe_router_fusion: bool = False
     """Router score function, top-k and aux-loss statistics in fused kernels (Megatron-Core
     ``moe_router_fusion``) instead of PyTorch's sequence of small ops."""
@@ -263,6 +264,12 @@ class TrainingConfig:
         if cf is None:
             return self.moe_imbalance
         return cf if self.moe_pad_expert_input_to_capacity else min(self.moe_imbalance, cf)
+
+    @property
+    def delays_wgrad(self) -> bool:
+        """Weight gradients deferred beside the backward's all-to-all (``delay_wgrad_compute``, None = with
+        moe_a2a_overlap)."""
+        return self.moe_a2a_overlap if self.delay_wgrad_compute is None else self.delay_wgrad_compute
 
     @property
     def moe_buffer_load(self) -> float:

@@ -355,10 +355,8 @@ def _enable_cuda_graph(v: Any, given: str, out: dict[str, Any], every: dict[str,
 
 
 def _a2a_overlap(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
-    out["moe_a2a_overlap"] = on = _bool(v, given)
-    if on and "delay_wgrad_compute" not in every:
-        out["delay_wgrad_compute"] = True  # Megatron-Bridge's setter turns both on (recipes.md)
-        return "training.moe_a2a_overlap (+ delay_wgrad_compute, set with it by Megatron-Bridge)"
+    out["moe_a2a_overlap"] = _bool(v, given)
+    # delay_wgrad_compute left unstated follows it (None), as Megatron-Bridge's setter turns both on (recipes.md)
     return "training.moe_a2a_overlap"
 
 
@@ -679,10 +677,11 @@ def unknown_settings(reading: RecipeReading) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ writing
-def megatron_args(training: Any, model: Any = None) -> list[tuple[str, Any]]:
-    """The recipe settings of a TrainingConfig as Megatron-LM flags (name with dashes, value; True = bare flag) and
-    launch environment variables (``env.NAME``, value), the inverse of ``read_recipe`` for the settings this module
-    reads beyond the layout and batch (which ``raytune_primus.export`` writes itself)."""
+def megatron_args(training: Any) -> list[tuple[str, Any]]:
+    """The recipe settings of a TrainingConfig as Megatron-LM arguments, by the name argparse stores them under
+    (``moe_token_dispatcher_type``; True = a bare flag, False = its ``--no-`` form), and launch environment variables
+    (``env.NAME``, value): the inverse of ``read_recipe`` for the settings this module reads beyond the layout,
+    batch, precision and the keys ``raytune_primus.export`` writes itself (RECIPE_TRAINING_KEYS lists these)."""
     t = training
     out: list[tuple[str, Any]] = []
 
@@ -691,46 +690,71 @@ def megatron_args(training: Any, model: Any = None) -> list[tuple[str, Any]]:
             out.append((name, True))
 
     if t.moe_a2a_backend in ("deepep", "hybridep"):
-        out += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", t.moe_a2a_backend)]
+        out += [("moe_token_dispatcher_type", "flex"), ("moe_flex_dispatcher_backend", t.moe_a2a_backend)]
     if t.moe_flex_dispatcher_num_sms is not None:
-        out.append(("--moe-flex-dispatcher-num-sms", t.moe_flex_dispatcher_num_sms))
+        out.append(("moe_flex_dispatcher_num_sms", t.moe_flex_dispatcher_num_sms))
     if t.moe_expert_rank_capacity_factor is not None:
-        out.append(("--moe-expert-rank-capacity-factor", t.moe_expert_rank_capacity_factor))
-    flag("--moe-paged-stash", t.moe_paged_stash)
+        out.append(("moe_expert_rank_capacity_factor", t.moe_expert_rank_capacity_factor))
+    flag("moe_paged_stash", t.moe_paged_stash)
     if t.moe_paged_stash and t.moe_paged_stash_buffer_factor != 1.10:
-        out.append(("--moe-paged-stash-buffer-size-factor-cuda", t.moe_paged_stash_buffer_factor))
-    flag("--overlap-moe-expert-parallel-comm", t.moe_a2a_overlap)
-    flag("--delay-wgrad-compute", t.delay_wgrad_compute)
-    flag("--moe-shared-expert-overlap", t.moe_shared_expert_overlap)
-    flag("--moe-router-fusion", t.moe_router_fusion)
+        out.append(("moe_paged_stash_buffer_size_factor_cuda", t.moe_paged_stash_buffer_factor))
+    flag("overlap_moe_expert_parallel_comm", t.moe_a2a_overlap)
+    flag("delay_wgrad_compute", t.delays_wgrad)
+    flag("moe_shared_expert_overlap", t.moe_shared_expert_overlap)
+    flag("moe_router_fusion", t.moe_router_fusion)
     if t.fused_grouped_mlp:  # Megatron-Core takes the CuTe DSL kernel from the environment (TEGroupedMLP)
-        out += [("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", 1), ("--use-transformer-engine-op-fuser", True)]
-    flag("--fp8-dot-product-attention", t.fp8_dot_product_attention)
-    flag("--fp8-output-proj", t.fp8_output_proj)
+        out += [("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", 1), ("use_transformer_engine_op_fuser", True)]
+    flag("fp8_dot_product_attention", t.fp8_dot_product_attention)
+    flag("fp8_output_proj", t.fp8_output_proj)
+    flag("activation_func_fp8_input_store", t.fp8_activations)
     if t.first_last_layers_bf16:
-        out += [("--first-last-layers-bf16", True), ("--num-layers-at-start-in-bf16", t.num_layers_at_start_in_bf16),
-                ("--num-layers-at-end-in-bf16", t.num_layers_at_end_in_bf16)]
-    flag("--no-gradient-accumulation-fusion", not t.gradient_accumulation_fusion)
+        out += [("first_last_layers_bf16", True), ("num_layers_at_start_in_bf16", t.num_layers_at_start_in_bf16),
+                ("num_layers_at_end_in_bf16", t.num_layers_at_end_in_bf16)]
+    if not t.gradient_accumulation_fusion:
+        out.append(("gradient_accumulation_fusion", False))
     if t.cpu_offloading:
-        out += [("--cpu-offloading", True), ("--cpu-offloading-num-layers", t.cpu_offloading_num_layers)]
-        flag("--cpu-offloading-weights", t.cpu_offloading_weights)
-    if t.use_megatron_fsdp:
-        out += [("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy", "optim_grads_params")]
-        flag("--fsdp-double-buffer", t.fsdp_double_buffer)
+        out += [("cpu_offloading", True), ("cpu_offloading_num_layers", t.cpu_offloading_num_layers)]
+        flag("cpu_offloading_weights", t.cpu_offloading_weights)
+    flag("fsdp_double_buffer", t.fsdp_double_buffer)
     if t.optimizer != "adam":
-        out.append(("--optimizer", t.optimizer))
+        out.append(("optimizer", t.optimizer))
         if t.muon_ns_steps != 5:
-            out.append(("--muon-num-ns-steps", t.muon_ns_steps))
+            out.append(("muon_num_ns_steps", t.muon_ns_steps))
     if t.mtp_num_layers is not None:
-        out.append(("--mtp-num-layers", t.mtp_num_layers))
+        out.append(("mtp_num_layers", t.mtp_num_layers))
     return out
 
 
+CONFIG_ONLY: dict[str, str] = {
+    "fp8_dot_product_attention": "a TransformerConfig field with no Megatron-LM flag (Megatron-Bridge recipes set it)",
+    "activation_func_fp8_input_store": "a TransformerConfig field with no Megatron-LM flag (Megatron-Bridge recipes "
+                                       "set it)",
+    "cpu_offloading_weights": "a TransformerConfig field with no Megatron-LM flag (Megatron-Bridge recipes set it)",
+    "cpu_offloading": "implied by --cpu-offloading-num-layers > 0",
+}
+"""Settings ``megatron_args`` names that Megatron-LM's command line cannot take (checked against its argument
+parser: tests/frameworks), and why: the export lists them instead of writing a flag argparse would refuse."""
+
+
+def megatron_cli_args(training: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, Any, str]]]:
+    """``megatron_args`` split into what Megatron-LM's command line takes (and the environment) and the settings it
+    cannot take, each with why (CONFIG_ONLY; ``cpu_offloading`` is implied by its layer count, not listed)."""
+    cli, rest = [], []
+    for name, value in megatron_args(training):
+        if name == "cpu_offloading":
+            continue
+        if name in CONFIG_ONLY:
+            rest.append((name, value, CONFIG_ONLY[name]))
+        else:
+            cli.append((name, value))
+    return cli, rest
+
+
 RECIPE_TRAINING_KEYS: tuple[str, ...] = (
-    "moe_flex_dispatcher_num_sms", "moe_expert_rank_capacity_factor", "moe_paged_stash",
+    "moe_a2a_backend", "moe_a2a_overlap", "fp8_activations", "moe_flex_dispatcher_num_sms", "moe_expert_rank_capacity_factor", "moe_paged_stash",
     "moe_paged_stash_buffer_factor", "moe_shared_expert_overlap", "delay_wgrad_compute", "moe_router_fusion",
     "fused_grouped_mlp", "fp8_dot_product_attention", "fp8_output_proj", "first_last_layers_bf16",
     "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "gradient_accumulation_fusion", "cpu_offloading",
-    "cpu_offloading_num_layers", "cpu_offloading_weights", "use_megatron_fsdp", "fsdp_double_buffer", "optimizer",
+    "cpu_offloading_num_layers", "cpu_offloading_weights", "fsdp_double_buffer", "optimizer",
     "mtp_num_layers", "muon_ns_steps")
 """Training keys ``megatron_args`` writes (export marks them done)."""

@@ -29,12 +29,13 @@ from typing import Any
 
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
+from oracle.recipe import RECIPE_TRAINING_KEYS, megatron_cli_args
 
 TARGETS: tuple[str, ...] = ("megatron", "primus", "torchtitan")
 PROJECTION_ONLY = {
     "moe_imbalance": "a load assumption of the projection (paper Sec. 4.10), not a training option",
-    "fp8_activations": "the projection's FP8 saved-activation accounting (B_act = 1), not one framework flag",
     "pipeline_split": "how the projection spread layers over stages; exported as the layout flags it implies",
+    "moe_paged_stash_buffer_factor": "sizes the paged stash's device buffer (exported with moe_paged_stash)",
 }
 """Keys that describe the projection's assumptions rather than a framework option."""
 PRIMUS_ONLY_KEYS: tuple[str, ...] = ("patch_zero_bubble", "enable_zero_bubble", "zero_bubble_v_schedule",
@@ -54,6 +55,8 @@ class Export:
     """(training key, value, why) the target cannot express."""
     projection_only: list[tuple[str, Any, str]] = field(default_factory=list)
     """(training key, value, why) that are assumptions of the projection, not options."""
+    environment: list[tuple[str, Any]] = field(default_factory=list)
+    """(variable, value) the launch environment must set (Megatron-Core reads a few switches from it)."""
 
 
 def _layers_per_virtual_stage(run: RunConfig) -> int | None:
@@ -203,13 +206,10 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     done.update(("moe_a2a_backend", "moe_sync_free"))
     if run.model.is_moe:
         put("moe_grouped_gemm", True)  # the experts as Transformer Engine grouped GEMMs (TEGroupedMLP), as priced
-        if t.moe_a2a_backend == "deepep":
-            put("moe_token_dispatcher_type", "flex")
-            put("moe_flex_dispatcher_backend", "deepep")  # Megatron-Core 0.19: moe_enable_deepep is deprecated
-            if primus:
-                put("use_turbo_deepep", True)
-        else:
+        if t.moe_a2a_backend == "alltoall":
             put("moe_token_dispatcher_type", "alltoall")
+        elif t.moe_a2a_backend == "deepep" and primus:  # the flex dispatcher itself: oracle.recipe below
+            put("use_turbo_deepep", True)
         if t.moe_sync_free:
             if primus:
                 put("turbo_sync_free_moe_stage", 2)  # Primus-Turbo sync-free MoE (stage >= 2 needs DeepEP)
@@ -220,12 +220,19 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
         put("moe_expert_capacity_factor", t.moe_expert_capacity_factor)
         if t.moe_pad_expert_input_to_capacity:
             put("moe_pad_expert_input_to_capacity", True)
-    done.add("moe_a2a_overlap")
-    if t.moe_a2a_overlap:  # Megatron-Core 0.14+: merged forward/backward with the EP all-to-all overlapped
-        put("overlap_moe_expert_parallel_comm", True)
-        put("delay_wgrad_compute", True)
+    # the recipe settings (flex dispatcher, all-to-all overlap, fusions, FP8 attention, offloading, optimizer,
+    # ...): oracle.recipe's one mapping, the inverse of what validate and --megatron-args read
+    cli, config_only = megatron_cli_args(t)
+    for name, value in cli:
+        if name.startswith("env."):
+            ex.environment.append((name[4:], value))
+        else:
+            put(name, value)
+    unsup += [(name, value, f"{why}: set it in the framework's model config") for name, value, why in config_only]
+    done.update(RECIPE_TRAINING_KEYS)
     done.update(("cuda_graph_impl", "cuda_graph_scope"))
-    if "full_iteration" in t.cuda_graph_scope:  # Megatron-Core 0.19: an impl of its own, without the NaN check
+    if t.cuda_graph_impl == "full_iteration" or "full_iteration" in t.cuda_graph_scope:
+        # Megatron-Core 0.19: an impl of its own, without the NaN check
         put("cuda_graph_impl", "full_iteration")
         put("check_for_nan_in_loss_and_grad", False)
     elif t.cuda_graph_impl != "none":  # --cuda-graph-impl / --cuda-graph-modules (was --cuda-graph-scope);
@@ -418,6 +425,9 @@ def _header(run: RunConfig, ex: Export) -> list[str]:
     if ex.projection_only:
         lines.append("# projection-only assumptions (no framework option):")
         lines += [f"#   {k}={_plain(v)}: {why}" for k, v, why in ex.projection_only]
+    if ex.environment:
+        lines.append("# launch environment:")
+        lines += [f"#   export {k}={v}" for k, v in ex.environment]
     return lines
 
 
@@ -427,7 +437,8 @@ def _plain(v: Any) -> str:
 
 MEGATRON_FLAGS: dict[str, str] = {"fp8": "--fp8-format", "fp4": "--fp4-format"}
 """Megatron-LM arguments whose flag is not ``--`` + the dashed argument name (megatron/training/arguments.py)."""
-MEGATRON_OFF_FLAGS: dict[str, str] = {"check_for_nan_in_loss_and_grad": "--no-check-for-nan-in-loss-and-grad"}
+MEGATRON_OFF_FLAGS: dict[str, str] = {"check_for_nan_in_loss_and_grad": "--no-check-for-nan-in-loss-and-grad",
+                                      "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion"}
 """Megatron-LM arguments that are on by default, and the flag that turns each off."""
 
 

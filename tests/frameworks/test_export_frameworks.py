@@ -62,6 +62,23 @@ CASES: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "moe-megatron-fsdp-ep": ("qwen3-30b-a3b", "b200", 16, dict(
         seq_len=4096, gbs=256, ep=8, fsdp=True, use_distributed_optimizer=False, precision="fp8",
         fp8_recipe="mxfp8")),
+    "moe-hybridep-static-paged-stash-fused-full-graph": ("qwen3-30b-a3b", "gb200-nvl72", 8, dict(
+        seq_len=4096, gbs=512, mbs=4, ep=8, precision="fp8", fp8_recipe="mxfp8", fp8_param_gather=True,
+        moe_a2a_backend="hybridep", moe_flex_dispatcher_num_sms=32, moe_expert_rank_capacity_factor=1.5,
+        moe_paged_stash=True, moe_paged_stash_buffer_factor=1.2, fused_grouped_mlp=True, moe_a2a_overlap=True,
+        moe_router_fusion=True, fp8_dot_product_attention=True, fp8_output_proj=True,
+        cuda_graph_impl="full_iteration")),
+    "moe-deepep-shared-expert-overlap-muon": ("deepseek-v3", "h100-sxm", 256, dict(
+        seq_len=4096, gbs=2048, pp=8, vpp=2, ep=32, precision="fp8", fp8_recipe="blockwise",
+        pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL", moe_a2a_backend="deepep",
+        moe_shared_expert_overlap=True, optimizer="muon", muon_ns_steps=6, fp8_activations=True)),
+    "dense-cpu-offload-megatron-fsdp": ("llama3.1-405b", "gb200-nvl72", 128, dict(
+        seq_len=8192, gbs=64, tp=2, fsdp=True, use_megatron_fsdp=True, fsdp_double_buffer=True,
+        precision="fp8", fp8_recipe="tensorwise", cpu_offloading=True, cpu_offloading_num_layers=95,
+        gradient_accumulation_fusion=False)),
+    "dense-first-last-bf16": ("llama3.1-8b", "b200", 8, dict(
+        seq_len=8192, gbs=32, precision="fp8", fp8_recipe="mxfp8", first_last_layers_bf16=True,
+        num_layers_at_start_in_bf16=2, num_layers_at_end_in_bf16=2)),
     "mla-moe-layout-mtp": ("deepseek-v3", "b200", 256, dict(
         seq_len=4096, gbs=2048, pp=8, vpp=2, ep=32, precision="fp8", fp8_recipe="mxfp8",
         pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL", recompute="selective",

@@ -60,7 +60,10 @@ def test_a_recipe_is_read_the_same_from_a_string_a_mapping_and_a_command_line() 
     assert by_text == by_map == by_line
     assert by_text["moe_a2a_backend"] == "hybridep" and by_text["moe_flex_dispatcher_num_sms"] == 32
     assert by_text["cuda_graph_impl"] == "full_iteration" and by_text["cuda_graph_scope"] == []
-    assert by_text["moe_a2a_overlap"] and by_text["delay_wgrad_compute"]  # set together by Megatron-Bridge
+    assert by_text["moe_a2a_overlap"] and "delay_wgrad_compute" not in by_text  # follows the overlap (None)
+    run = RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": "gb200-nvl72", "num_gpus": 8},
+                               "training": {"seq_len": 4096, "gbs": 64, "ep": 8, "moe_a2a_overlap": True}})
+    assert run.training.delays_wgrad
     assert by_text["recompute_modules"] == ["mla_up_proj", "mlp"]
     assert (by_text["precision"], by_text["fp8_recipe"]) == ("fp8", "mxfp8")
 
@@ -107,9 +110,9 @@ def test_canonical_names() -> None:
 
 @pytest.mark.parametrize("training", [
     {"moe_a2a_backend": "hybridep", "moe_flex_dispatcher_num_sms": 24, "moe_expert_rank_capacity_factor": 1.5,
-     "moe_paged_stash": True, "moe_a2a_overlap": True, "delay_wgrad_compute": True, "moe_router_fusion": True,
+     "moe_paged_stash": True, "moe_a2a_overlap": True, "moe_router_fusion": True,
      "fused_grouped_mlp": True, "precision": "fp8", "fp8_recipe": "mxfp8", "fp8_dot_product_attention": True,
-     "fp8_output_proj": True, "fp8_param_gather": True, "cuda_graph_impl": "full_iteration"},
+     "fp8_output_proj": True, "fp8_param_gather": True, "cuda_graph_impl": "full_iteration", "fp8_activations": True},
     {"precision": "fp8", "first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 2,
      "num_layers_at_end_in_bf16": 1, "gradient_accumulation_fusion": False, "optimizer": "muon", "mtp_num_layers": 0},
 ])
@@ -120,8 +123,11 @@ def test_megatron_args_read_back_to_the_same_training(training) -> None:
                                "training": {**base, **training}})
     args = megatron_args(run.training)
     env = " ".join(f"{k[4:]}={v}" for k, v in args if k.startswith("env."))
-    line = env + " torchrun pretrain_gpt.py " + " ".join(f"{k}" if v is True else f"{k} {v}" for k, v in args
-                                                           if not k.startswith("env."))
+
+    def flag(k: str, v) -> str:
+        dashed = k.replace("_", "-")
+        return f"--{dashed}" if v is True else f"--no-{dashed}" if v is False else f"--{dashed} {v}"
+    line = env + " torchrun pretrain_gpt.py " + " ".join(flag(k, v) for k, v in args if not k.startswith("env."))
     back = read_recipe(split_megatron_args(line)).training
     for key in RECIPE_TRAINING_KEYS:
         if key in training:
