@@ -224,3 +224,22 @@ def test_nvfp4_is_faster_than_fp8_on_blackwell_and_caches_smaller_weight_copies(
 def test_nvfp4_on_a_part_without_fp4_is_a_clear_error():
     with pytest.raises(InvalidConfigError, match="nvfp4 needs FP4"):
         _run("llama3-8b", hw="h100-sxm", precision="nvfp4")
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000),
+       dtype=st.sampled_from(["bf16", "fp8", "mxfp8", "fp4"]), groups=st.sampled_from([1, 3, 8, 16]),
+       hw=st.sampled_from(["h100-sxm", "b200", "gb300-nvl72", "mi355x"]))
+def test_a_gemm_that_is_not_whole_tiles_is_never_faster_per_flop_than_rounded_up(m, n, k, dtype, groups, hw):
+    """Tile and K-step quantisation: the kernel runs whole tiles, so a GEMM whose sizes are not whole tiles does the
+    rounded GEMM's work (and its shorter reduction fills the pipeline no better): per FLOP it is never faster than
+    the same GEMM rounded up to the tile it runs with."""
+    from math import ceil
+
+    from oracle.gemm import gemm_tile
+    h = load_hardware(hw)
+    tm, tn, tk = gemm_tile(h, m, n, k, dtype, groups)
+    up = (ceil(m / tm) * tm, ceil(n / tn) * tn, ceil(k / tk) * tk)
+    per_flop = gemm_time_s(h, m, n, k, dtype, groups) / (m * n * k)
+    per_flop_up = gemm_time_s(h, *up, dtype, groups) / (up[0] * up[1] * up[2])
+    assert per_flop >= per_flop_up * (1 - 1e-12)
