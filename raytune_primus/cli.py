@@ -34,7 +34,6 @@ def _print_json(obj: Any) -> None:
 
 # ---------------------------------------------------------------------- project
 def cmd_project(args: argparse.Namespace) -> int:
-    from oracle.config import RunConfig
     from oracle.projector import project
     from raytune_primus.report import projection_table
 
