@@ -118,8 +118,10 @@ def test_grouped_gemms_run_in_batches_of_the_streams_transformer_engine_uses():
     from oracle.gemm import GROUPED_GEMM_STREAMS as S
 
     fitted = load_hardware("b200")
-    # the stream batching alone: grouped GEMMs at the dense kernels' efficiency (efficiency.gemm_grouped = 1)
-    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, gemm_grouped=1.0))
+    # the stream batching alone: grouped GEMMs at the dense kernels' efficiency (efficiency.gemm_grouped = 1), no
+    # per-batch kernel overhead
+    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, gemm_grouped=1.0,
+                                                                   grouped_gemm_overhead_s=0.0))
     m, n, k = 1024, 4096, 7168  # a DeepSeek-V3 expert fc1 at EP 8, MBS 1: 128 tiles on 148 SMs
     # the fitted grouped efficiency scales grouped calls only
     assert gemm_time_s(fitted, m, n, k, "fp8", 1) == gemm_time_s(h, m, n, k, "fp8", 1)
@@ -137,10 +139,15 @@ def test_grouped_gemms_run_in_batches_of_the_streams_transformer_engine_uses():
 
 def test_small_m_gemms_run_far_below_the_large_gemm_rate():
     """A 256-token expert GEMM runs at a fraction of a large GEMM's FLOP rate (tiles underfill the SMs)."""
-    h = load_hardware("b200")
-    rate = lambda m, n, k, g: 2 * m * n * k * g / gemm_time_s(h, m, n, k, "fp8", g)  # noqa: E731
+    fitted = load_hardware("b200")
+    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, grouped_gemm_overhead_s=0.0))
+    rate = lambda m, n, k, g, hw=h: 2 * m * n * k * g / gemm_time_s(hw, m, n, k, "fp8", g)  # noqa: E731
     assert rate(256, 1536, 2048, 1) < 0.25 * rate(16384, 8192, 8192, 1)
     assert rate(256, 1536, 2048, 16) > rate(256, 1536, 2048, 1)  # grouping fills the waves
+    # the per-batch kernel overhead (4 batches of 4 here) is paid on top
+    over = fitted.efficiency.grouped_gemm_overhead_s
+    assert gemm_time_s(fitted, 256, 1536, 2048, "fp8", 16) == pytest.approx(
+        gemm_time_s(h, 256, 1536, 2048, "fp8", 16) + 4 * over, rel=1e-12)
 
 
 def test_wgrad_gemms_accumulate_into_the_gradient_buffer_of_its_dtype():
