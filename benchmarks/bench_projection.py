@@ -12,8 +12,9 @@ work on a shared machine takes from it is not counted), for
 - full projections in search mode (``fast_schedules=True``, no memory tree) of fixed-order schedules:
   cold (first points: pipeline plans compiled, layers priced), steady (new points after ``--warm`` others:
   a long search), plans warm (the same points again);
-- cost-aware schedules (ilp / greedy V) in search mode: random points, and consecutive points of a sweep
-  (space order), where solved orders are shared between configurations with proportional costs;
+- cost-aware schedules (ilp / greedy V) in search mode: ``--aware-n`` random points (the solver's import,
+  ~1 s once per process, is done before timing), and consecutive points of a sweep (space order), where
+  solved orders are shared between configurations with proportional costs;
 - batch scoring (``project_many``) of a sweep: ``--n`` consecutive points in space order, as the exhaustive
   sweep and the branch-and-bound optimum score them, and of the steady sample.
 
@@ -76,6 +77,7 @@ def main() -> int:
     ap.add_argument("--warm", type=int, default=1500,
                     help="other random points projected (untimed) before the steady-state sample: a long search "
                          "has compiled the pipeline plan of every (schedule, pp, vpp, m) it meets (default 1500)")
+    ap.add_argument("--aware-n", type=int, default=20, help="random cost-aware points timed (default 20)")
     ap.add_argument("--aware-sweep", type=int, default=60,
                     help="cost-aware points of a sweep (space order) timed after the random ones (default 60)")
     ap.add_argument("--spaces", default="mixtral,deepseek", help="comma-separated prefixes of the spaces to run")
@@ -112,7 +114,9 @@ def main() -> int:
         fresh = [r for r in fresh if r.training.schedule not in COST_AWARE]
         warm = [space.run_of(p) for p in rng.sample(pts, min(args.warm, len(pts)))]
         warm = [r for r in warm if r.training.schedule not in COST_AWARE]
-        aware = [r for r in sample if r.training.schedule in COST_AWARE][:20]
+        aware_rng = random.Random(args.seed + 1)  # its own draw: the other samples stay as they were
+        aware = [space.run_of(p) for p in aware_rng.sample(pts, min(20 * args.aware_n, len(pts)))]
+        aware = [r for r in aware if r.training.schedule in COST_AWARE][:args.aware_n]
         start = rng.randrange(max(1, len(pts) - args.n))
         sweep = [space.run_of(p) for p in pts[start:start + args.n]]
         sweep = [r for r in sweep if r.training.schedule not in COST_AWARE]
@@ -130,6 +134,7 @@ def main() -> int:
         rates["cold"] = _rate(one, plain)
         _show("full, fixed-order schedules, cold (plans compiled)", rates["cold"], ref.get("cold"), n=len(plain))
         if aware:
+            import scipy.optimize  # noqa: F401  (the ILP's solver: a one-off import, not a per-projection cost)
             rates["cost_aware"] = _rate(one, aware)
             _show("full, cost-aware schedules (ilp/greedy V)", rates["cost_aware"], ref.get("cost_aware"),
                   n=len(aware))

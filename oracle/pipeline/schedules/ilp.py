@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,11 +68,18 @@ class IlpBudget:
     """Branch-and-bound nodes HiGHS may explore (scipy ``milp`` option ``node_limit``)."""
     safety_time_limit_s: float
     """Wall-clock cap against a pathological solve; reported in the note when hit (machine dependent)."""
+    rel_gap: float = MIP_REL_GAP
+    """Relative gap to a proven lower bound at which a placement is accepted. Above ``MIP_REL_GAP`` (search
+    mode) the cheap primal placements (:func:`list_schedule`) are tried first and the LP relaxation's duals are
+    kept per (pp, m) as lower bounds for later problems (:func:`_dual_bound`), so most solves need no LP."""
 
 
 DEFAULT_BUDGET = IlpBudget(max_ops=4096, node_limit=10_000, safety_time_limit_s=600.0)
 """Single projections: every bundled size solves to proven optimality well inside it."""
-SEARCH_BUDGET = IlpBudget(max_ops=1024, node_limit=200, safety_time_limit_s=120.0)
+SEARCH_REL_GAP = 1e-2
+"""Search mode's optimality gap: 1 %, under the error of the quantised costs it solves on (a step is
+1/32 of the largest op, ~3 %), so a placement within it of the lower bound is as good as the optimum there."""
+SEARCH_BUDGET = IlpBudget(max_ops=1024, node_limit=200, safety_time_limit_s=120.0, rel_gap=SEARCH_REL_GAP)
 """Search loops (projector ``fast_schedules``): at most ~1024 ops keeps a solve to seconds on 2 cores."""
 MAX_EXACT_OPS = DEFAULT_BUDGET.max_ops
 """Largest F/B op count (2 * pp * m) handed to the MILP solver by default."""
@@ -193,6 +201,8 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
                                       f"attempted, ZB-H1 placement used")
     proven = f"optimal W placement (gap <= {MIP_REL_GAP:g}) under {cap_note}"
     zb_ok = max(zb_res.peak_activation_bytes) <= cap * (1 + 1e-9)  # ZB-H1 itself meets the cap
+    if budget.rel_gap > MIP_REL_GAP:
+        return _solve_within_gap(pp, m, costs, cap, cap_note, budget, zb, zb_arrays if zb_ok else None, zb_span)
     if zb_ok and zb_span <= lower_bound_s(pp, 1, "interleaved", m, costs) * (1 + MIP_REL_GAP):
         return WPlacement(zb, zb_span, True, proven + "; ZB-H1's placement meets the critical-path bound")
     model = _model(pp, m, costs, cap)
@@ -248,6 +258,279 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
         return _fallback(zb, zb_span, f"MILP found no solution ({res.message}); ZB-H1 used" + capped_note, capped)
     return _fallback(_ops(best), best_span, f"MILP stopped before proving optimality ({res.message}); best known "
                                             f"placement used" + capped_note, capped)
+
+
+def _span(fb: list[np.ndarray], prefix: np.ndarray, pp: int, m: int, costs: StageCosts
+          ) -> tuple[list[np.ndarray], float]:
+    """(order in array form, simulated makespan) of the placement with prefix counts ``prefix``."""
+    from oracle.pipeline.simulator import compile_order_arrays, run_compiled
+
+    arrays = _prefix_arrays(fb, prefix, m)
+    return arrays, run_compiled(compile_order_arrays(arrays, pp, 1, "interleaved", m), costs,
+                                timeline=False).makespan_s
+
+
+@dataclass(frozen=True, slots=True)
+class _Skeleton:
+    """The ZB-H1 F/B skeleton of (pp, m) as flat per-op lists (global op index = rank offset + position)."""
+
+    rank: list[int]
+    dep: list[int]
+    """The op this one waits for on the neighbouring rank (F from the rank above, B from below), or -1."""
+    first: list[bool]
+    """First op of its rank (no W slot before it)."""
+    is_b: list[bool]
+    b_upto: list[int]
+    """B's of its rank in ops 0..k: the most W's that may have run by the slot after op k."""
+    topo: list[int]
+    """Every op in an order that respects both the ranks' sequences and the data edges."""
+    last: list[int]
+
+
+@lru_cache(maxsize=256)
+def _skeleton(pp: int, m: int) -> _Skeleton:
+    from oracle.pipeline.schedules.one_f_one_b import fb_array
+
+    fb = [fb_array(pp, r, m, backward="B")[:, :2] for r in range(pp)]
+    sizes = [len(a) for a in fb]
+    offset = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    pos = np.empty((pp, 2, m), dtype=np.int64)
+    for r, a in enumerate(fb):
+        pos[r, a[:, 0], a[:, 1]] = offset[r] + np.arange(len(a))
+    dep = np.full(int(offset[-1]), -1, dtype=np.int64)
+    for r in range(pp):
+        if r > 0:
+            dep[pos[r, 0]] = pos[r - 1, 0]
+        if r < pp - 1:
+            dep[pos[r, 1]] = pos[r + 1, 1]
+    deps = dep.tolist()
+    done = [False] * len(deps)
+    ptr, topo = [0] * pp, []
+    while len(topo) < len(deps):  # advance every rank as far as its data dependencies allow
+        for r in range(pp):
+            while ptr[r] < sizes[r]:
+                op = int(offset[r]) + ptr[r]
+                if deps[op] >= 0 and not done[deps[op]]:
+                    break
+                done[op] = True
+                topo.append(op)
+                ptr[r] += 1
+    first = np.zeros(len(deps), dtype=bool)
+    first[offset[:-1]] = True
+    return _Skeleton(rank=np.repeat(np.arange(pp), sizes).tolist(), dep=deps, first=first.tolist(),
+                     is_b=np.concatenate([a[:, 0] == 1 for a in fb]).tolist(),
+                     b_upto=np.concatenate([np.cumsum(a[:, 0] == 1) for a in fb]).tolist(), topo=topo,
+                     last=(offset[1:] - 1).tolist())
+
+
+def _per_rank(costs: StageCosts) -> tuple[tuple[float, ...], list[float], list[float], list[float]]:
+    """(boundary p2p, F, B, W) per rank of vpp=1 costs, as plain floats for the Python loops."""
+    return (costs.boundary_p2p_s(), [r[0] for r in costs.f_s], [r[0] for r in costs.b_s],
+            [r[0] for r in costs.w_s])
+
+
+def list_schedule(pp: int, m: int, costs: StageCosts, n_low: np.ndarray) -> np.ndarray:
+    """A primal W placement (prefix counts, as in the MILP): play the ZB-H1 skeleton forward and, before each
+    F/B op, run the W's the memory cap forces (``n_low``: the MILP's lower bounds on the counts) and then
+    enough W's to cover the idle time until the op's input arrives (rounded up: a W that overhangs the gap
+    delays the op by less than it would add at the end). On pipeline costs this is often within a fraction of
+    a percent of the LP bound; it never breaks a constraint (W after its B, the memory cap, every W run)."""
+    sk = _skeleton(pp, m)
+    lat, f, b, w = _per_rank(costs)
+    n_low = n_low.tolist()
+    fin = [0.0] * len(sk.dep)
+    end, cnt, out = [0.0] * pp, [0] * pp, [0] * len(sk.dep)
+    rank, dep, first, is_b, b_upto = sk.rank, sk.dep, sk.first, sk.is_b, sk.b_upto
+    for op in sk.topo:
+        r, j = rank[op], dep[op]
+        if j < 0:
+            ready = 0.0
+        elif rank[j] < r:  # an F from the rank above
+            ready = fin[j] + lat[r - 1]
+        else:  # a B from the rank below
+            ready = fin[j] + lat[r]
+        if not first[op]:
+            k = op - 1
+            do = max(0, n_low[k] - cnt[r])
+            avail = b_upto[k] - cnt[r]
+            if avail > do and w[r] > 0:
+                gap = ready - end[r] - do * w[r]
+                if gap > 0:
+                    do = min(avail, do + math.ceil(gap / w[r] - 1e-9))
+            cnt[r] += do
+            end[r] += do * w[r]
+            out[k] = cnt[r]
+        start = end[r] if end[r] > ready else ready
+        end[r] = fin[op] = start + (b[r] if is_b[op] else f[r])
+    for r in range(pp):
+        out[sk.last[r]] = m
+    n = np.array(out, dtype=np.int64)
+    for r in range(pp):  # counts never decrease (a forced bound may sit below an earlier fill)
+        lo_, hi_ = sk.last[r - 1] + 1 if r else 0, sk.last[r] + 1
+        n[lo_:hi_] = np.maximum.accumulate(n[lo_:hi_])
+    return n
+
+
+def _makespan(pp: int, m: int, costs: StageCosts, n: np.ndarray) -> float:
+    """The makespan of the placement with prefix counts ``n``: the MILP's longest-path times (the simulator's,
+    without its blocking-p2p variant), evaluated in plain Python for the local search of :func:`_mix_ranks`."""
+    sk = _skeleton(pp, m)
+    lat, f, b, w = _per_rank(costs)
+    cnt = n.tolist()
+    fin = [0.0] * len(cnt)
+    end = [0.0] * pp
+    rank, dep, first, is_b = sk.rank, sk.dep, sk.first, sk.is_b
+    for op in sk.topo:
+        r, j = rank[op], dep[op]
+        ready = 0.0 if j < 0 else fin[j] + (lat[r - 1] if rank[j] < r else lat[r])
+        if not first[op]:
+            end[r] += (cnt[op - 1] - (0 if first[op - 1] else cnt[op - 2])) * w[r]
+        start = end[r] if end[r] > ready else ready
+        end[r] = fin[op] = start + (b[r] if is_b[op] else f[r])
+    return max(end[r] + (m - cnt[sk.last[r] - 1]) * w[r] for r in range(pp))
+
+
+def _mix_ranks(pp: int, m: int, costs: StageCosts, options: list[np.ndarray], target: float) -> np.ndarray:
+    """A placement that takes each rank's counts from one of ``options`` (whole placements), chosen rank by
+    rank (coordinate descent, two sweeps) for the smallest makespan; stops early once ``target`` is met."""
+    sk = _skeleton(pp, m)
+    spans = [_makespan(pp, m, costs, o) for o in options]
+    cur = options[int(np.argmin(spans))].copy()
+    best = min(spans)
+    for _ in range(2):
+        moved = False
+        for r in range(pp):
+            lo_, hi_ = (sk.last[r - 1] + 1 if r else 0), sk.last[r] + 1
+            for o in options:
+                if np.array_equal(o[lo_:hi_], cur[lo_:hi_]):
+                    continue
+                trial = cur.copy()
+                trial[lo_:hi_] = o[lo_:hi_]
+                span = _makespan(pp, m, costs, trial)
+                if _better(span, best):
+                    cur, best, moved = trial, span, True
+            if best <= target:
+                return cur
+        if not moved:
+            break
+    return cur
+
+
+_DUALS: dict[tuple[int, int], list[np.ndarray]] = {}
+"""LP duals of earlier search-mode problems per (pp, m): the rows of the MILP depend on (pp, m) only, so each
+one gives a valid (Lagrangian) lower bound for any other problem of that size."""
+_DUALS_KEPT = 8
+
+
+def _dual_bound(key: tuple[int, int], A, lo: np.ndarray, var_lo: np.ndarray, var_hi: np.ndarray,
+                upper: float) -> float:
+    """The best Lagrangian lower bound on the makespan from the kept duals of size ``key``, over placements no
+    slower than ``upper`` (which caps the times: every start time is at most the makespan); -inf if none.
+    For any y >= 0: min T >= y.lo + sum_j min over [l_j, u_j] of (c_j - (A^T y)_j) x_j (weak duality)."""
+    duals = _DUALS.get(key)
+    if not duals:
+        return -np.inf
+    Y = np.array(duals)
+    red = -(A.T @ Y.T)  # reduced costs, one column per kept dual
+    red[-1] += 1.0  # the objective is T
+    hi = np.where(np.isinf(var_hi), upper, var_hi)[:, None]
+    low = var_lo[:, None]
+    return float(np.max(Y @ lo + np.minimum(red * low, red * hi).sum(axis=0)))
+
+
+def _better(span: float, than: float) -> bool:
+    """``span`` beats ``than`` by more than float noise (simulations of two orders sum in different orders)."""
+    return span < than * (1 - 1e-9)
+
+
+def _solve_within_gap(pp: int, m: int, costs: StageCosts, cap: float, cap_note: str, budget: IlpBudget,
+                      zb: Order, zb_arrays: list[np.ndarray] | None, zb_span: float) -> WPlacement:
+    """Search mode: a placement within ``budget.rel_gap`` of a proven lower bound, cheapest proof first. The
+    answer does not depend on which bound proves it (so not on what was solved before): the best of ZB-H1 and
+    :func:`list_schedule` if it is within the gap of the LP bound (the critical-path bound and the kept duals
+    are never above it), else the first LP rounding that is, else the MILP's."""
+    from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+    from scipy.sparse import csr_matrix
+
+    from oracle.pipeline.simulator import lower_bound_s
+
+    gap = budget.rel_gap
+    model = _model(pp, m, costs, cap)
+    if isinstance(model, str):
+        return _fallback(zb, zb_span, f"{model}; ZB-H1 used")
+    r_idx, c_idx, v, lo, n_rows, var_lo, var_hi, n_ops, fb = model
+
+    def done(order: Order | list[np.ndarray], span: float, bound: float, how: str) -> WPlacement:
+        exact = span <= bound * (1 + MIP_REL_GAP)
+        ops = order if order is zb else _ops(order)  # type: ignore[arg-type]
+        what = (f"optimal W placement (gap <= {MIP_REL_GAP:g})" if exact else
+                f"W placement within {gap:g} of the optimum (search gap)")
+        return WPlacement(ops, span, exact, f"{what} under {cap_note}; {how}")
+
+    heur = list_schedule(pp, m, costs, var_lo[n_ops:2 * n_ops].astype(np.int64))
+    heur_order, heur_span = _span(fb, heur, pp, m, costs)
+    best, best_span, who = (zb, zb_span, "ZB-H1's placement") if zb_arrays is not None else (None, np.inf, "")
+    if _better(heur_span, best_span):  # not on float noise: the answer must not depend on the scale
+        best, best_span, who = heur_order, heur_span, "the list-scheduled placement"
+    if best is not None:
+        crit = lower_bound_s(pp, 1, "interleaved", m, costs)
+        if best_span <= crit * (1 + gap):
+            return done(best, best_span, crit, who + " meets the critical-path bound")
+    n_var = 2 * n_ops + 1
+    A = csr_matrix((v, (r_idx, c_idx)), shape=(n_rows, n_var))
+    key = (pp, m)
+    if best is not None:
+        kept = _dual_bound(key, A, lo, var_lo, var_hi, best_span)
+        if best_span <= kept * (1 + gap):
+            return done(best, best_span, kept, who + " meets an earlier problem's dual bound")
+    cost = np.zeros(n_var)
+    cost[-1] = 1.0
+    lp = linprog(cost, A_ub=-A, b_ub=-lo, bounds=np.stack([var_lo, var_hi], axis=1), method="highs")
+    if lp.status != 0 or lp.x is None:
+        return _fallback(zb, zb_span, f"LP relaxation found no solution ({lp.message}); ZB-H1 used")
+    duals = _DUALS.setdefault(key, [])
+    duals.append(np.maximum(-lp.ineqlin.marginals, 0.0))
+    del duals[:-_DUALS_KEPT]
+    bound = float(lp.fun)
+    if best is not None and best_span <= bound * (1 + gap):
+        return done(best, best_span, bound, who + " meets the LP bound")
+    x = lp.x[n_ops:2 * n_ops]
+    options = [heur]
+    for rounded in (np.ceil(x - 1e-6), np.floor(x + 1e-6), np.round(x)):
+        options.append(rounded.astype(np.int64))
+        order, span = _span(fb, options[-1], pp, m, costs)
+        if span <= bound * (1 + gap):
+            return done(order, span, bound, "the LP optimum rounded meets the LP bound")
+        if _better(span, best_span):
+            best, best_span = order, span
+    # each rank's counts from the best of those placements (a rank's rounding that helps alone often helps)
+    order, span = _span(fb, _mix_ranks(pp, m, costs, options, bound * (1 + gap)), pp, m, costs)
+    if span <= bound * (1 + gap):
+        return done(order, span, bound, "the LP roundings mixed rank by rank meet the LP bound")
+    if _better(span, best_span):
+        best, best_span = order, span
+    integrality = np.zeros(n_var)
+    integrality[n_ops:2 * n_ops] = 1
+    var_hi = var_hi.copy()
+    var_hi[-1] = min(var_hi[-1], best_span)
+    res = milp(cost, constraints=LinearConstraint(A, lo, np.full(n_rows, np.inf)), integrality=integrality,
+               bounds=Bounds(var_lo, var_hi), options={"node_limit": budget.node_limit,
+                                                       "time_limit": budget.safety_time_limit_s, "mip_rel_gap": gap})
+    if res.x is not None:
+        order, span = _span(fb, np.round(res.x[n_ops:2 * n_ops]).astype(np.int64), pp, m, costs)
+        if _better(span, best_span):
+            best, best_span = order, span
+    if res.status == 0 and best is not None:
+        bound = getattr(res, "mip_dual_bound", None)
+        return done(best, best_span, best_span / (1 + gap) if bound is None else float(bound), "branch and bound")
+    capped = res.status == 1 and (res.mip_node_count is None or res.mip_node_count < budget.node_limit)
+    capped_note = (f"; the {budget.safety_time_limit_s:g} s safety time cap stopped the solver, so this order "
+                   f"depends on machine speed" if capped else "")
+    if best is None:
+        return _fallback(zb, zb_span, f"MILP found no solution ({res.message}); ZB-H1 used" + capped_note, capped)
+    return _fallback(best if best is zb else _ops(best), best_span,
+                     f"MILP stopped before proving the search gap ({res.message}); best known placement used"
+                     + capped_note, capped)
 
 
 def _prefix_arrays(fb: list[np.ndarray], prefix: np.ndarray, m: int) -> list[np.ndarray]:
