@@ -4,8 +4,9 @@ A simulate-mode projection costs about a millisecond; a Tune trial costs tens of
 seconds (``docs/ray.md``). Bulk work therefore goes to a :class:`ScoringPool`: ``num_actors``
 :class:`~raytune_primus.actors.Scorer` actors placed with the SPREAD strategy (so every node gets
 some) and fed *batches* of candidates (at most ``batch_size``, default 500, and at least two batches per
-actor) through an ordered
-``ray.util.ActorPool``, one actor call per batch.
+actor), one actor call per batch. Each candidate has a preferred actor (:func:`shards`: deterministic,
+candidates with the same layer shapes together), so a second pass over the same candidates finds that
+actor's caches warm; an actor out of its own batches takes another's last one.
 
 Results are exactly what the in-process path computes (the same ``memory_result`` /
 ``score_result`` helpers, in input order)::
@@ -44,6 +45,36 @@ def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     """``items`` cut into consecutive pieces of at most ``size``."""
     size = max(1, int(size))
     return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+PLAN_AXES = frozenset({"pp", "vpp", "pp_schedule", "use_distributed_optimizer", "fsdp"})
+"""Axes that change a candidate's pipeline plan or optimizer, not the layer shapes the oracle prices (and
+caches per process): candidates that differ only in these go to the same actor (:func:`shards`)."""
+
+
+def affinity_key(candidate: Any) -> tuple:
+    """What decides which actor's caches a candidate can reuse: its values without :data:`PLAN_AXES`
+    (() for a candidate that is not a mapping: no affinity)."""
+    if not isinstance(candidate, Mapping):
+        return ()
+    return tuple(sorted((k, repr(v)) for k, v in candidate.items() if k not in PLAN_AXES))
+
+
+def shards(candidates: Sequence[Any], n: int) -> list[list[int]]:
+    """Candidate indices per actor (each in input order): all candidates of one :func:`affinity_key` on one
+    actor, the largest groups first, each to the least-loaded actor. Deterministic: a second call over the
+    same candidates (a memory pass, then scoring) sends each to the actor whose caches already hold it
+    (scoring a candidate again in the same process costs about half as much), and shapes stay together."""
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(candidates):
+        groups.setdefault(affinity_key(c), []).append(i)
+    load = [0] * max(1, n)
+    out: list[list[int]] = [[] for _ in load]
+    for idx in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
+        a = min(range(len(load)), key=lambda j: (load[j], j))
+        out[a].extend(idx)
+        load[a] += len(idx)
+    return [sorted(x) for x in out]
 
 
 class PoolError(PrimusError, RuntimeError):
@@ -106,33 +137,38 @@ class ScoringPool:
         return fresh
 
     def _dispatch(self, submit: Callable[[Any, Any], Any], items: list[Any], *, splittable: bool,
-                  on_failure: Callable[[Any, str], Any]) -> list[Any]:
+                  on_failure: Callable[[Any, str], Any], prefer: Sequence[int] | None = None) -> list[Any]:
         """Run ``submit(actor, item)`` for every item on the live actors; results in input order.
 
+        ``prefer[i]``: the actor (index into ``self.actors``) item i should go to (:func:`shards`); an actor
+        with none of its own left takes the last queued item of the actor with the most left. Without it,
+        items go first come, first served.
         An item whose actor dies is queued again (whole once, then - ``splittable`` sequences - cut in
-        halves); one that cannot be cut and has seen ``max_retries`` + 1 deaths becomes
-        ``on_failure(item, reason)`` (a list of results for a sequence, one result otherwise).
+        halves; a replacement actor takes over the dead one's items); one that cannot be cut and has seen
+        ``max_retries`` + 1 deaths becomes ``on_failure(item, reason)`` (a list of results for a sequence,
+        one result otherwise).
         """
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        # work: (offset into the output, item, deaths seen); results keyed by offset
-        queue: collections.deque[tuple[int, Any, int]] = collections.deque()
+        # work: (offset into the output, item, deaths seen, preferred actor slot); results keyed by offset
+        queue: collections.deque[tuple[int, Any, int, int | None]] = collections.deque()
         offset = 0
-        for item in items:
-            queue.append((offset, item, 0))
+        for i, item in enumerate(items):
+            queue.append((offset, item, 0, None if prefer is None else prefer[i]))
             offset += len(item) if splittable else 1
         out: dict[int, Any] = {}
+        slot = {id(a): i for i, a in enumerate(self.actors)}
         idle = list(self.actors)
-        running: dict[Any, tuple[int, Any, int, Any, float]] = {}
+        running: dict[Any, tuple[int, Any, int, Any, float, int | None]] = {}
         while queue or running:
             while queue and idle:
-                off, item, deaths = queue.popleft()
                 actor = idle.pop()
+                off, item, deaths, pref = self._take(queue, slot.get(id(actor)))
                 self.calls += 1
-                running[submit(actor, item)] = (off, item, deaths, actor, time.monotonic())
+                running[submit(actor, item)] = (off, item, deaths, actor, time.monotonic(), pref)
             if not running:  # work left, no actor left
-                for off, item, _ in queue:
+                for off, item, *_ in queue:
                     out[off] = on_failure(item, "no live oracle actor is left to score it")
                 queue.clear()
                 break
@@ -140,7 +176,7 @@ class ScoringPool:
             now = time.monotonic()
             hung = [r for r, v in running.items() if r not in ready and now - v[4] > self.call_timeout_s]
             for ref in ready + hung:
-                off, item, deaths, actor, _ = running.pop(ref)
+                off, item, deaths, actor, _, pref = running.pop(ref)
                 try:
                     if ref in hung:
                         raise GetTimeoutError(f"no answer in {self.call_timeout_s:g} s")
@@ -151,15 +187,17 @@ class ScoringPool:
                     why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
                 fresh = self._replace(actor)
                 if fresh is not None:
+                    if id(actor) in slot:
+                        slot[id(fresh)] = slot[id(actor)]
                     idle.append(fresh)
                 # the other actors handed out before may have died with it (a lost node): they are
                 # found out when their own calls fail, and replaced then
                 self.retried += 1
                 if splittable and deaths >= 1 and len(item) > 1:
                     half = len(item) // 2
-                    queue.extend([(off, item[:half], deaths), (off + half, item[half:], deaths)])
+                    queue.extend([(off, item[:half], deaths, pref), (off + half, item[half:], deaths, pref)])
                 elif deaths < self.max_retries:
-                    queue.append((off, item, deaths + 1))
+                    queue.append((off, item, deaths + 1, pref))
                 else:
                     reason = (f"the oracle actor scoring it died {deaths + 1} times (last: {why}); "
                               f"given up after {self.max_retries} retries")
@@ -173,6 +211,36 @@ class ScoringPool:
             else:
                 result.append(part)
         return result
+
+    @staticmethod
+    def _take(queue: collections.deque, slot: int | None) -> tuple[int, Any, int, int | None]:
+        """The next work item for the actor in ``slot``: the first one it is preferred for (or that has no
+        preference), else the last one of the actor with the most items queued (stealing from the end keeps
+        the other actor's next items, and their warm caches, for it)."""
+        for i, entry in enumerate(queue):
+            if entry[3] is None or entry[3] == slot:
+                del queue[i]
+                return entry
+        left = collections.Counter(e[3] for e in queue)
+        most = max(left, key=lambda p: (left[p], -p))
+        i = max(i for i, e in enumerate(queue) if e[3] == most)
+        entry = queue[i]
+        del queue[i]
+        return entry
+
+    def plan(self, candidates: Sequence[Any]) -> tuple[list[int], list[list[Any]], list[int]]:
+        """(input index of each candidate in dispatch order, batches in that order, preferred actor per batch):
+        each actor's :func:`shards` cut into batches of :meth:`batch_for` the whole call."""
+        size = self.batch_for(len(candidates))
+        order: list[int] = []
+        batches: list[list[Any]] = []
+        prefer: list[int] = []
+        for a, idx in enumerate(shards(candidates, len(self.actors))):
+            order.extend(idx)
+            for part in chunks(idx, size):
+                batches.append([candidates[i] for i in part])
+                prefer.append(a)
+        return order, batches, prefer
 
     def _failed_dicts(self, candidates: Sequence[Mapping[str, Any]], reason: str) -> list[dict[str, Any]]:
         from raytune_primus.trainable import build_run, result_to_dict
@@ -188,15 +256,14 @@ class ScoringPool:
             out.append(result_to_dict(TrialResult(status="failed", key=key, training=training, reason=reason)))
         return out
 
-    def _map(self, method: str, batches: Sequence[Any], *extra: Any) -> list[Any]:
-        """``method`` over ``batches`` (sequences of candidates): one list of result dicts per batch."""
-        flat = self._dispatch(lambda a, b: getattr(a, method).remote(list(b), *extra), list(batches),
-                              splittable=True, on_failure=self._failed_dicts)
-        # back to one list per batch, as the callers expect
-        out, i = [], 0
-        for b in batches:
-            out.append(flat[i:i + len(b)])
-            i += len(b)
+    def _scored(self, method: str, candidates: Sequence[Any], *extra: Any) -> list[Any]:
+        """``method`` over every candidate, batched by :meth:`plan`: one result dict per candidate, in order."""
+        order, batches, prefer = self.plan(candidates)
+        flat = self._dispatch(lambda a, b: getattr(a, method).remote(list(b), *extra), batches,
+                              splittable=True, on_failure=self._failed_dicts, prefer=prefer)
+        out: list[Any] = [None] * len(candidates)
+        for i, d in zip(order, flat):
+            out[i] = d
         return out
 
     def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
@@ -215,11 +282,7 @@ class ScoringPool:
         """Score every candidate (training dicts or points), in order; no pre-filter unless asked."""
         from raytune_primus.trainable import result_from_dict
 
-        out: list[TrialResult] = []
-        candidates = list(candidates)
-        for part in self._map("score_batch", chunks(candidates, self.batch_for(len(candidates))), prefilter):
-            out.extend(result_from_dict(d) for d in part)
-        return out
+        return [result_from_dict(d) for d in self._scored("score_batch", list(candidates), prefilter)]
 
     def evaluate(self, candidates: Sequence[Mapping[str, Any]]) -> list[TrialResult]:
         """Memory pre-filter then score, per candidate (what a driver does with a legal new candidate)."""
@@ -229,11 +292,7 @@ class ScoringPool:
         """Pre-filter verdicts: None where a candidate fits under the memory cap, else its result."""
         from raytune_primus.trainable import result_from_dict
 
-        out: list[TrialResult | None] = []
-        candidates = list(candidates)
-        for part in self._map("memory_batch", chunks(candidates, self.batch_for(len(candidates)))):
-            out.extend(None if d is None else result_from_dict(d) for d in part)
-        return out
+        return [None if d is None else result_from_dict(d) for d in self._scored("memory_batch", list(candidates))]
 
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
         """(best scored result over every legal point of ``space``, number of points that fit)."""

@@ -22,7 +22,7 @@ def test_actors_are_placed_on_every_node(cluster, tiny):
 
 
 def test_batched_scores_equal_in_process_scores(cluster, tiny):
-    from raytune_primus.pool import ScoringPool, chunks, score_in_process
+    from raytune_primus.pool import ScoringPool, score_in_process
     from searchers.evaluator import OracleEvaluator
 
     points = list(tiny.space.iter_points())[::8]  # ~120 points of the real simulate oracle
@@ -30,7 +30,9 @@ def test_batched_scores_equal_in_process_scores(cluster, tiny):
     ref = score_in_process(ev, tiny.space.baseline, points, prefilter=True)
     with ScoringPool(ev, tiny.space.baseline, num_actors=3, batch_size=25) as pool:
         got = pool.evaluate(points)
-        assert pool.calls == len(chunks(points, pool.batch_for(len(points)))) >= 6
+        order, batches, prefer = pool.plan(points)
+        assert pool.calls == len(batches) >= 6 and sorted(order) == list(range(len(points)))
+        assert set(prefer) == {0, 1, 2}, "every actor gets its own shard"
         assert sum(w["calls"] for w in pool.placement()) == len(points)
     assert got == ref
     assert all(r.status == "ok" for r in got)
@@ -76,3 +78,16 @@ def test_map_runs_functions_on_the_pool_in_order(cluster, tiny):
 
     with ScoringPool(SyntheticEvaluator(), tiny.space.baseline, num_actors=2) as pool:
         assert pool.map(_square, range(10)) == [x * x for x in range(10)]
+
+
+def test_shards_keep_candidates_of_one_layer_shape_on_one_actor():
+    from raytune_primus.pool import PLAN_AXES, affinity_key, shards
+
+    cands = [{"tp": tp, "mbs": mbs, "pp": pp, "pp_schedule": s} for tp in (1, 2, 4) for mbs in (1, 2)
+             for pp in (1, 2, 4) for s in ("1f1b", "ilp")]
+    parts = shards(cands, 2)
+    assert sorted(i for p in parts for i in p) == list(range(len(cands)))
+    owner = {affinity_key(cands[i]): a for a, p in enumerate(parts) for i in p}
+    assert len(owner) == 6 and all(owner[affinity_key(cands[i])] == a for a, p in enumerate(parts) for i in p)
+    assert sorted(len(p) for p in parts) == [18, 18]
+    assert {"pp", "pp_schedule"} <= PLAN_AXES and shards(cands, 2) == parts
