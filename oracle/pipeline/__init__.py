@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from oracle.errors import InvalidConfigError
-from oracle.pipeline.schedules import SCHEDULES, ScheduleSpec, get_schedule
+from oracle.pipeline.schedules import SCHEDULES, ScheduleSpec, get_schedule, is_arrays
 from oracle.pipeline.simulator import (CompiledOrder, compile_order, compile_order_arrays, lower_bound_s, run_compiled,
                                        run_compiled_many, simulate)
 from oracle.pipeline.types import (Layout, Op, PipelineResult, ScheduleDeadlockError, StageCosts, TimelineEntry,
@@ -34,7 +34,7 @@ __all__ = [
 def _plan(name: str, pp: int, vpp: int, m: int, costs: StageCosts | None) -> tuple[CompiledOrder, bool, str]:
     spec = get_schedule(name)
     built = spec.make_fast(pp, vpp, m, costs)
-    compile_ = compile_order_arrays if spec.builds_arrays else compile_order
+    compile_ = compile_order_arrays if is_arrays(built.order) else compile_order
     return compile_(built.order, pp, vpp, spec.layout, m), built.approximate, built.note
 
 

@@ -37,6 +37,11 @@ class Built:
     note: str
 
 
+def is_arrays(order: Order | list[np.ndarray]) -> bool:
+    """``order`` is in array form (per-rank arrays of kind code, mb, chunk rows), not op lists."""
+    return bool(order) and isinstance(order[0], np.ndarray)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSpec:
     """A registered schedule."""
@@ -126,7 +131,15 @@ class ScheduleSpec:
             raise InvalidConfigError(problems)
 
     def make(self, pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
-        """Check the sizes and build (cost-aware builders get ``costs``)."""
+        """Check the sizes and build (cost-aware builders get ``costs``); the order as per-rank op lists."""
+        built = self._make(pp, vpp, num_microbatches, costs)
+        if is_arrays(built.order):
+            from oracle.pipeline.fast_compile import array_to_ops
+            return Built([list(array_to_ops(a, vpp)) for a in built.order], built.approximate, built.note)
+        return built
+
+    def _make(self, pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
+        """:meth:`make`, the order as the builder gave it (a ``build_detailed`` may give arrays)."""
         self.check(pp, vpp, num_microbatches)
         if self.build_detailed is not None:
             return self.build_detailed(pp, vpp, num_microbatches, costs=costs)
@@ -142,9 +155,10 @@ class ScheduleSpec:
         return self.build_array is not None and not self.cost_aware
 
     def make_fast(self, pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
-        """:meth:`make`, in array form when the schedule has a ``build_array``."""
+        """:meth:`make`, in array form when the schedule has a ``build_array`` (or its ``build_detailed`` gave
+        arrays: :func:`is_arrays`)."""
         if not self.builds_arrays:
-            return self.make(pp, vpp, num_microbatches, costs)
+            return self._make(pp, vpp, num_microbatches, costs)
         self.check(pp, vpp, num_microbatches)
         return self.build_array(pp, vpp, num_microbatches)
 

@@ -51,7 +51,7 @@ from functools import lru_cache
 import numpy as np
 
 from oracle.pipeline.fast_compile import array_to_ops
-from oracle.pipeline.schedules import Built, Order, register
+from oracle.pipeline.schedules import Built, Order, is_arrays, register
 from oracle.pipeline.types import StageCosts
 
 MIP_REL_GAP = 1e-7
@@ -197,8 +197,7 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
     cap_note = "zero_bubble's peak activation memory" if mem_cap_bytes is None else f"a memory cap of {cap:.4g} bytes"
     n_ops = 2 * pp * m
     if n_ops > budget.max_ops:
-        return _fallback(zb, zb_span, f"{n_ops} F/B ops > the ILP budget's max_ops={budget.max_ops}: MILP not "
-                                      f"attempted, ZB-H1 placement used")
+        return _fallback(zb, zb_span, _over_budget(n_ops, budget))
     proven = f"optimal W placement (gap <= {MIP_REL_GAP:g}) under {cap_note}"
     zb_ok = max(zb_res.peak_activation_bytes) <= cap * (1 + 1e-9)  # ZB-H1 itself meets the cap
     if budget.rel_gap > MIP_REL_GAP:
@@ -590,10 +589,19 @@ def normalised(costs: StageCosts) -> StageCosts:
                               b_release_fraction=costs.b_release_fraction)
 
 
+def _over_budget(n_ops: int, budget: IlpBudget) -> str:
+    return f"{n_ops} F/B ops > the ILP budget's max_ops={budget.max_ops}: MILP not attempted, ZB-H1 placement used"
+
+
 def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Built:
+    budget = _BUDGET.get()
+    if 2 * pp * num_microbatches > budget.max_ops:  # nothing to solve: ZB-H1's order, as arrays (fast compile)
+        from oracle.pipeline.schedules.zero_bubble import zb_h1_array
+        return Built([zb_h1_array(pp, r, num_microbatches) for r in range(pp)], True,
+                     _over_budget(2 * pp * num_microbatches, budget))
     if costs is None:
         costs = StageCosts.uniform(pp=pp, vpp=1, f_s=1.0, b_s=1.0, w_s=1.0)
-    sol = _cached(pp, num_microbatches, normalised(costs), _BUDGET.get())
+    sol = _cached(pp, num_microbatches, normalised(costs), budget)
     return Built([list(ops) for ops in sol.order], not sol.optimal, sol.note)
 
 
@@ -601,4 +609,5 @@ def build_detailed(pp: int, vpp: int, num_microbatches: int, costs: StageCosts |
           in_flight=lambda pp, vpp, m, r: min(pp - r, m), searched_by_default=True,  # capped at ZB-H1's peak
           build_detailed=build_detailed, summary="ZB-H1 F/B order, W placement solved exactly by MILP")
 def build(pp: int, vpp: int, num_microbatches: int, costs: StageCosts | None = None) -> Order:
-    return build_detailed(pp, vpp, num_microbatches, costs).order
+    order = build_detailed(pp, vpp, num_microbatches, costs).order
+    return _ops(order) if is_arrays(order) else order  # type: ignore[arg-type]
