@@ -380,6 +380,11 @@ def log_bounds(name: str) -> tuple[float, float]:
     return -1.5, 1.0
 
 
+def _stack_value(hw, name: str, x: float) -> str:
+    """A fitted host-stack parameter (seconds) in us."""
+    return f"{_gen_eff(hw, [name], [x])[name] * 1e6:.1f} us"
+
+
 def _synced_moe(r: FitRow) -> bool:
     return r.run.model.is_moe and r.run.training.ep > 1 and r.run.training.moe_host_sync
 
@@ -565,8 +570,8 @@ def joint(paths: list[str], quals: set[str], write: bool, held_out: bool) -> int
             print(f"== generation {gen}: no rows; its profiles keep their sourced priors{shared}")
             continue
         fit = fits[gen]
-        params = ", ".join(f"{n} " + (f"{math.exp(v) * getattr(rs[0].run.cluster.hardware.efficiency, n) * 1e6:.1f} us"
-                                      if n in STACK_PARAMS else f"x{math.exp(v):.3f}") for n, v in zip(fit["names"], fit["x"]))
+        params = ", ".join(f"{n} {_stack_value(rs[0].run.cluster.hardware, n, v)}" if n in STACK_PARAMS
+                           else f"{n} x{math.exp(v):.3f}" for n, v in zip(fit["names"], fit["x"]))
         print(f"== generation {gen}: {len(rs)} rows, models {', '.join(sorted({r.model for r in rs}))}; {params}")
         for r, b, a in zip(rs, fit["before"], fit["after"]):
             print(f"   {r.id:48s} before {100 * (math.exp(b) - 1):+6.1f}%   after {100 * (math.exp(a) - 1):+6.1f}%")
