@@ -183,43 +183,53 @@ _SHARES: dict[tuple, tuple[tuple[float, ...], ...]] = {}
 
 
 # ---------------------------------------------------------------------------------- projection
-@dataclass(frozen=True, slots=True)
-class _RankSums:
-    """What the memory of a run sums over each pipeline rank's chunks and depends on only its placement, shape and
-    policies (cached on them, see :func:`_rank_sums`): one value per rank (tuples of length pp), each
-    summed in the rank's chunk order."""
+class _Rank:
+    """What the memory of one pipeline rank sums over its chunks and depends on only the run's placement, shape
+    and policies (cached on them, see :func:`_rank_sums`), each summed in the rank's chunk order."""
 
-    p_dense: tuple[float, ...]
-    """Non-expert parameters (layers, embedding, output, MTP modules and their weight copies)."""
-    p_exp: tuple[float, ...]
-    """Routed-expert parameters."""
-    gemm: tuple[float, ...]
-    """The decoder layers' (and MTP modules') GEMM weights: the FP8/FP4 weight caches' size."""
-    layer_act: tuple[float, ...]
-    """Saved activations of one micro-batch of the rank's layers (and a standalone MTP stage; less CPU-offloaded
-    layers), multiplied by the in-flight micro-batches."""
-    largest_unit: tuple[float, ...]
-    """Parameters of the largest unit FSDP gathers at once (layer, embedding, head, MTP module)."""
-    remat: tuple[float, ...]
-    """One layer's recomputed tensors re-materialised during its backward (0: nothing recomputed)."""
-    graph_regions: tuple[float, ...]
-    """CUDA-graph regions of the rank's layers (0 under a whole-iteration graph or none)."""
-    emb_act: tuple[float, ...]
-    """The embedding's saved activation (0 where the rank holds no embedding)."""
-    head_act: tuple[float, ...]
-    """The output layer's saved activation (0 where the rank holds no output layer)."""
-    mtp_act: tuple[float, ...]
-    """MTP modules with the loss: their saved activation, held like the loss's (0 elsewhere)."""
-    has_emb: tuple[bool, ...]
-    """The rank holds the embedding."""
-    has_moe: tuple[bool, ...]
-    """The rank holds MoE layers (it allocates the token-dispatch buffers)."""
-    loss: tuple[tuple[float, ...], ...]
-    """Per rank, the unfused loss's fp32 softmax bytes of each chunk with heads, in chunk order."""
-    opt_bytes: tuple[float, ...]
-    """Optimizer-state bytes per parameter of the rank's shard (Muon's share of 2-D weights)."""
-    ranks: tuple = ()
-    """Per rank, the fields above as one rank's values (``_stage_formula``'s scalar inputs)."""
+    __slots__ = ("p_dense", "p_exp", "gemm", "layer_act", "largest_unit", "remat", "graph_regions", "emb_act",
+                 "head_act", "mtp_act", "opt_bytes", "has_emb", "has_moe", "loss", "row")
+    NUMERIC = __slots__[:11]
+    """The float fields, in ``row``'s order (what the batch stacks into arrays)."""
+
+    def __init__(self, p_dense: float, p_exp: float, gemm: float, layer_act: float, largest_unit: float,
+                 remat: float, graph_regions: int, emb_act: float, head_act: float, mtp_act: float,
+                 opt_bytes: float, has_emb: bool, has_moe: bool, loss: tuple[float, ...]) -> None:
+        self.p_dense = p_dense
+        """Non-expert parameters (layers, embedding, output, MTP modules and their weight copies)."""
+        self.p_exp = p_exp
+        """Routed-expert parameters."""
+        self.gemm = gemm
+        """The decoder layers' (and MTP modules') GEMM weights: the FP8/FP4 weight caches' size."""
+        self.layer_act = layer_act
+        """Saved activations of one micro-batch of the rank's layers (and a standalone MTP stage; less
+        CPU-offloaded layers), multiplied by the in-flight micro-batches."""
+        self.largest_unit = largest_unit
+        """Parameters of the largest unit FSDP gathers at once (layer, embedding, head, MTP module)."""
+        self.remat = remat
+        """One layer's recomputed tensors re-materialised during its backward (0: nothing recomputed)."""
+        self.graph_regions = graph_regions
+        """CUDA-graph regions of the rank's layers (0 under a whole-iteration graph or none)."""
+        self.emb_act = emb_act
+        """The embedding's saved activation (0 where the rank holds no embedding)."""
+        self.head_act = head_act
+        """The output layer's saved activation (0 where the rank holds no output layer)."""
+        self.mtp_act = mtp_act
+        """MTP modules with the loss: their saved activation, held like the loss's (0 elsewhere)."""
+        self.opt_bytes = opt_bytes
+        """Optimizer-state bytes per parameter of the rank's shard (Muon's share of 2-D weights)."""
+        self.has_emb = has_emb
+        """The rank holds the embedding."""
+        self.has_moe = has_moe
+        """The rank holds MoE layers (it allocates the token-dispatch buffers)."""
+        self.loss = tuple((x, True) for x in loss)
+        """(bytes, present) of the unfused loss's fp32 softmax of each chunk with heads, in chunk order."""
+        self.row = (p_dense, p_exp, gemm, layer_act, largest_unit, remat, graph_regions, emb_act, head_act,
+                    mtp_act, opt_bytes)
+
+
+_RankSums = tuple[_Rank, ...]
+"""One :class:`_Rank` per pipeline rank."""
 
 
 _SUMS: dict[tuple, _RankSums] = {}
@@ -236,7 +246,8 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
     if hit is not None:
         return hit
     b = blocks(card, s)
-    cols: dict[str, list] = {k: [] for k in _RankSums.__slots__ if k != "ranks"}
+    no_graphs = full_iteration(t)
+    ranks = []
     for chunks in _plans(run):
         p_dense = p_exp = gemm = layer_act = emb_act = head_act = mtp_edge = 0.0
         remat = 0.0  # one layer's recomputed tensors re-materialised during its backward
@@ -293,15 +304,9 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
             layer_act -= max(0, min(t.cpu_offloading_num_layers, n_layers) - 1) * per_layer
         # Muon: the layers' GEMM weights (2-D) keep master + momentum, the rest AdamW's three fp32 values
         opt_bytes = state_bytes_per_param(t.optimizer, min(1.0, gemm / (p_dense + p_exp)) if p_dense + p_exp else 0.0)
-        for k, v in (("p_dense", p_dense), ("p_exp", p_exp), ("gemm", gemm), ("layer_act", layer_act),
-                     ("largest_unit", largest_unit), ("remat", remat),
-                     ("graph_regions", 0 if full_iteration(t) else graph_regions), ("emb_act", emb_act),
-                     ("head_act", head_act), ("mtp_act", mtp_edge), ("has_emb", has_emb), ("has_moe", has_moe),
-                     ("loss", tuple(loss)), ("opt_bytes", opt_bytes)):
-            cols[k].append(v)
-    ranks = tuple(_NS({k: v[r] for k, v in cols.items()} | {"loss": [(x, True) for x in cols["loss"][r]]})
-                  for r in range(len(cols["p_dense"])))
-    hit = _RankSums(**{k: tuple(v) for k, v in cols.items()}, ranks=ranks)
+        ranks.append(_Rank(p_dense, p_exp, gemm, layer_act, largest_unit, remat, 0 if no_graphs else graph_regions,
+                           emb_act, head_act, mtp_edge, opt_bytes, has_emb, has_moe, tuple(loss)))
+    hit = tuple(ranks)
     if len(_SUMS) > 4096:
         _SUMS.clear()
     _SUMS[key] = hit
@@ -396,10 +401,10 @@ def _stage_formula(xp, S, R, f, f_closed, given: bool):
     # graph allocates in one pool what the eager run allocates (no regions counted)
     other.append(("cuda_graph_buffers", STATIC_BUFFERS_PER_REGION * S.graph_regions * xp.maximum(1.0, f) * R.seq
                   * R.hidden * BF16, S.graph_regions != 0))
-    other.append(("weight_cache", xp.where(R.cached, xp.where(R.fsdp, S.largest_unit * R.fsdp_per,
+    other.append((R.cache_name, xp.where(R.cached, xp.where(R.fsdp, S.largest_unit * R.fsdp_per,
                                                               R.cache_coef * S.gemm), 0.0), R.cached))
     moe_in = S.has_moe & R.moe_has
-    other.append(("moe_buffers", xp.where(moe_in, R.moe_b, 0.0), moe_in))
+    other.append((R.moe_name, xp.where(moe_in, R.moe_b, 0.0), moe_in))
     return params, grads, optimizer, activations, other
 
 
@@ -423,19 +428,19 @@ def memory_peaks(runs: Sequence[RunConfig], *, assumptions: MemoryAssumptions = 
     for idx in by_pp.values():
         terms = [_run_terms(runs[i], assumptions) for i in idx]
         sums = [x[0] for x in terms]
-        S = {k: np.array([getattr(x, k) for x in sums], dtype=np.float64)
-             for k in ("p_dense", "p_exp", "gemm", "layer_act", "largest_unit", "remat", "graph_regions", "emb_act",
-                       "head_act", "mtp_act", "opt_bytes")}
-        S["has_emb"] = np.array([x.has_emb for x in sums], dtype=bool)
+        rows = np.array([[rk.row for rk in x] for x in sums], dtype=np.float64)  # (n, pp, fields)
+        S = {k: rows[:, :, j] for j, k in enumerate(_Rank.NUMERIC)}
+        S["has_emb"] = np.array([[rk.has_emb for rk in x] for x in sums], dtype=bool)
         vals = np.array([x[2] for x in terms], dtype=np.float64)  # (n, fields)
         R = {k: vals[:, j:j + 1] for j, k in enumerate(_RUN_FIELDS)}
         for k in ("fsdp", "opt_sharded", "fp8pg", "moe_has"):
             R[k] = R[k] != 0
         R["cached"] = np.array([[bool(x[3])] for x in terms])
-        S["has_moe"] = np.array([x.has_moe for x in sums], dtype=bool)
-        k_loss = max(len(x) for s_ in sums for x in s_.loss)
-        S["loss"] = [(np.array([[x[j] if j < len(x) else 0.0 for x in s_.loss] for s_ in sums]),
-                      np.array([[j < len(x) for x in s_.loss] for s_ in sums])) for j in range(k_loss)]
+        R["cache_name"], R["moe_name"] = "weight_cache", "moe_buffers"  # per run: the names only label parts
+        S["has_moe"] = np.array([[rk.has_moe for rk in x] for x in sums], dtype=bool)
+        k_loss = max(len(rk.loss) for x in sums for rk in x)
+        S["loss"] = [(np.array([[rk.loss[j][0] if j < len(rk.loss) else 0.0 for rk in x] for x in sums]),
+                      np.array([[j < len(rk.loss) for rk in x] for x in sums])) for j in range(k_loss)]
         f = np.array([x[1] for x in terms], dtype=np.float64)
         params, grads, optimizer, activations, other = _stage_formula(np, _NS(S), _NS(R), f, f, False)
         total = params + grads + optimizer + activations
@@ -464,15 +469,14 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
         raise InvalidConfigError(f"in_flight={list(in_flight)!r} must hold {pp} non-negative values (one per pipeline rank)")
     sums, f_closed, values, cache_name, moe_name = _run_terms(run, assumptions)
     R = _NS(dict(zip(_RUN_FIELDS, values)))
-    R.cached = bool(cache_name)
-    names = {"weight_cache": cache_name, "moe_buffers": moe_name}
+    R.cached, R.cache_name, R.moe_name = bool(cache_name), cache_name, moe_name
     stages = []
     for r in range(pp):
-        S = sums.ranks[r]
+        S = sums[r]
         fc = f_closed[r]
         f = float(in_flight[r]) if in_flight is not None else fc
         params, grads, opt, act, parts = _stage_formula(_Scalar, S, R, f, fc, in_flight is not None)
-        other = tuple((names.get(name, name), v) for name, v, present in parts if present)
+        other = tuple((name, v) for name, v, present in parts if present)
         stages.append(StageMemory(
             rank=r, params_bytes=params, grads_bytes=grads, optimizer_bytes=opt, activations_bytes=act,
             other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=other))
