@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -183,49 +184,43 @@ _SHARES: dict[tuple, tuple[tuple[float, ...], ...]] = {}
 
 
 # ---------------------------------------------------------------------------------- projection
-class _Rank:
+class _Rank(NamedTuple):
     """What the memory of one pipeline rank sums over its chunks and depends on only the run's placement, shape
     and policies (cached on them, see :func:`_rank_sums`), each summed in the rank's chunk order."""
 
-    __slots__ = ("p_dense", "p_exp", "gemm", "layer_act", "largest_unit", "remat", "graph_regions", "emb_act",
-                 "head_act", "mtp_act", "opt_bytes", "has_emb", "has_moe", "loss", "row")
-    NUMERIC = __slots__[:11]
-    """The float fields, in ``row``'s order (what the batch stacks into arrays)."""
+    p_dense: float
+    """Non-expert parameters (layers, embedding, output, MTP modules and their weight copies)."""
+    p_exp: float
+    """Routed-expert parameters."""
+    gemm: float
+    """The decoder layers' (and MTP modules') GEMM weights: the FP8/FP4 weight caches' size."""
+    layer_act: float
+    """Saved activations of one micro-batch of the rank's layers (and a standalone MTP stage; less CPU-offloaded
+    layers), multiplied by the in-flight micro-batches."""
+    largest_unit: float
+    """Parameters of the largest unit FSDP gathers at once (layer, embedding, head, MTP module)."""
+    remat: float
+    """One layer's recomputed tensors re-materialised during its backward (0: nothing recomputed)."""
+    graph_regions: int
+    """CUDA-graph regions of the rank's layers (0 under a whole-iteration graph or none)."""
+    emb_act: float
+    """The embedding's saved activation (0 where the rank holds no embedding)."""
+    head_act: float
+    """The output layer's saved activation (0 where the rank holds no output layer)."""
+    mtp_act: float
+    """MTP modules with the loss: their saved activation, held like the loss's (0 elsewhere)."""
+    opt_bytes: float
+    """Optimizer-state bytes per parameter of the rank's shard (Muon's share of 2-D weights)."""
+    has_emb: bool
+    """The rank holds the embedding."""
+    has_moe: bool
+    """The rank holds MoE layers (it allocates the token-dispatch buffers)."""
+    loss: tuple[tuple[float, bool], ...]
+    """(bytes, present) of the unfused loss's fp32 softmax of each chunk with heads, in chunk order."""
 
-    def __init__(self, p_dense: float, p_exp: float, gemm: float, layer_act: float, largest_unit: float,
-                 remat: float, graph_regions: int, emb_act: float, head_act: float, mtp_act: float,
-                 opt_bytes: float, has_emb: bool, has_moe: bool, loss: tuple[float, ...]) -> None:
-        self.p_dense = p_dense
-        """Non-expert parameters (layers, embedding, output, MTP modules and their weight copies)."""
-        self.p_exp = p_exp
-        """Routed-expert parameters."""
-        self.gemm = gemm
-        """The decoder layers' (and MTP modules') GEMM weights: the FP8/FP4 weight caches' size."""
-        self.layer_act = layer_act
-        """Saved activations of one micro-batch of the rank's layers (and a standalone MTP stage; less
-        CPU-offloaded layers), multiplied by the in-flight micro-batches."""
-        self.largest_unit = largest_unit
-        """Parameters of the largest unit FSDP gathers at once (layer, embedding, head, MTP module)."""
-        self.remat = remat
-        """One layer's recomputed tensors re-materialised during its backward (0: nothing recomputed)."""
-        self.graph_regions = graph_regions
-        """CUDA-graph regions of the rank's layers (0 under a whole-iteration graph or none)."""
-        self.emb_act = emb_act
-        """The embedding's saved activation (0 where the rank holds no embedding)."""
-        self.head_act = head_act
-        """The output layer's saved activation (0 where the rank holds no output layer)."""
-        self.mtp_act = mtp_act
-        """MTP modules with the loss: their saved activation, held like the loss's (0 elsewhere)."""
-        self.opt_bytes = opt_bytes
-        """Optimizer-state bytes per parameter of the rank's shard (Muon's share of 2-D weights)."""
-        self.has_emb = has_emb
-        """The rank holds the embedding."""
-        self.has_moe = has_moe
-        """The rank holds MoE layers (it allocates the token-dispatch buffers)."""
-        self.loss = tuple((x, True) for x in loss)
-        """(bytes, present) of the unfused loss's fp32 softmax of each chunk with heads, in chunk order."""
-        self.row = (p_dense, p_exp, gemm, layer_act, largest_unit, remat, graph_regions, emb_act, head_act,
-                    mtp_act, opt_bytes)
+
+N_NUMERIC = 11
+"""The first fields of ``_Rank`` are its floats (what the batch stacks into arrays)."""
 
 
 _RankSums = tuple[_Rank, ...]
@@ -305,7 +300,7 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
         # Muon: the layers' GEMM weights (2-D) keep master + momentum, the rest AdamW's three fp32 values
         opt_bytes = state_bytes_per_param(t.optimizer, min(1.0, gemm / (p_dense + p_exp)) if p_dense + p_exp else 0.0)
         ranks.append(_Rank(p_dense, p_exp, gemm, layer_act, largest_unit, remat, 0 if no_graphs else graph_regions,
-                           emb_act, head_act, mtp_edge, opt_bytes, has_emb, has_moe, tuple(loss)))
+                           emb_act, head_act, mtp_edge, opt_bytes, has_emb, has_moe, tuple((x, True) for x in loss)))
     hit = tuple(ranks)
     if len(_SUMS) > 4096:
         _SUMS.clear()
@@ -328,15 +323,49 @@ def _closed_in_flight(sched: str, pp: int, vpp: int, m: int) -> tuple[tuple[floa
     return hit
 
 
-_RUN_FIELDS = ("emb_if", "d_dense", "d_exp", "grad_b", "fsdp", "opt_sharded", "fp8pg", "cache_coef", "fsdp_per",
-               "seq", "hidden", "moe_b", "moe_has")
+class _RunValues(NamedTuple):
+    """What the memory formula reads of a run besides its per-rank sums."""
+
+    emb_if: float
+    """The embedding's closed-form in-flight micro-batches (rank 0)."""
+    d_dense: int
+    """Non-expert optimizer/FSDP shard group: dp x cp."""
+    d_exp: int
+    """Expert parameters' shard group: expert data parallel."""
+    grad_b: int
+    """Bytes per gradient value."""
+    fsdp: bool
+    opt_sharded: bool
+    """FSDP or the distributed optimizer."""
+    fp8pg: bool
+    """fp8_param_gather."""
+    cache_coef: float
+    """Weight-cache bytes per GEMM weight (FP8/FP4 copies), 0 without one."""
+    fsdp_per: float
+    """FSDP: bytes per parameter of the gathered units."""
+    seq: float
+    """Tokens per micro-batch in sequence-parallel regions."""
+    hidden: int
+    moe_b: float
+    """The MoE token-dispatch buffers' bytes (0: none)."""
+    moe_has: bool
+    """The run has MoE dispatch buffers."""
+    cached: bool
+    """The run keeps a weight cache or FSDP gathered units (an ``other`` part)."""
+    cache_name: str
+    """That part's name ('' when none)."""
+    moe_name: str
+    """The MoE buffers' part name ('' when none)."""
+
+
+_RUN_FIELDS = _RunValues._fields[:13]
+"""The numeric fields (what the batch stacks into arrays)."""
 
 
 def _run_terms(run: RunConfig, assumptions: MemoryAssumptions
-               ) -> tuple[_RankSums, tuple[float, ...], tuple, str, str]:
+               ) -> tuple[_RankSums, tuple[float, ...], _RunValues]:
     """What the memory formula reads of one run: its per-rank sums, the closed-form in-flight counts per rank,
-    the per-run values named in ``_RUN_FIELDS``, and the names of its weight-cache and MoE-buffer parts ('' when
-    it has none)."""
+    and its other values."""
     t, card = run.training, run.model
     lay = Layout(run)
     s = shape_of(run, assumptions)
@@ -364,7 +393,7 @@ def _run_terms(run: RunConfig, assumptions: MemoryAssumptions
               lay.edp,  # expert params: expert data parallel
               grad_b, t.fsdp, t.fsdp or t.use_distributed_optimizer, t.fp8_param_gather, coef, per,
               s.seq_tokens, card.hidden_size, common[0][1] if common else 0.0, bool(common))
-    return sums, f_closed, values, name, common[0][0] if common else ""
+    return sums, f_closed, _RunValues(*values, bool(name), name, common[0][0] if common else "")
 
 
 class _Scalar:
@@ -428,14 +457,14 @@ def memory_peaks(runs: Sequence[RunConfig], *, assumptions: MemoryAssumptions = 
     for idx in by_pp.values():
         terms = [_run_terms(runs[i], assumptions) for i in idx]
         sums = [x[0] for x in terms]
-        rows = np.array([[rk.row for rk in x] for x in sums], dtype=np.float64)  # (n, pp, fields)
-        S = {k: rows[:, :, j] for j, k in enumerate(_Rank.NUMERIC)}
+        rows = np.array([[rk[:N_NUMERIC] for rk in x] for x in sums], dtype=np.float64)  # (n, pp, fields)
+        S = {k: rows[:, :, j] for j, k in enumerate(_Rank._fields[:N_NUMERIC])}
         S["has_emb"] = np.array([[rk.has_emb for rk in x] for x in sums], dtype=bool)
-        vals = np.array([x[2] for x in terms], dtype=np.float64)  # (n, fields)
+        vals = np.array([x[2][:len(_RUN_FIELDS)] for x in terms], dtype=np.float64)  # (n, fields)
         R = {k: vals[:, j:j + 1] for j, k in enumerate(_RUN_FIELDS)}
         for k in ("fsdp", "opt_sharded", "fp8pg", "moe_has"):
             R[k] = R[k] != 0
-        R["cached"] = np.array([[bool(x[3])] for x in terms])
+        R["cached"] = np.array([[x[2].cached] for x in terms])
         R["cache_name"], R["moe_name"] = "weight_cache", "moe_buffers"  # per run: the names only label parts
         S["has_moe"] = np.array([[rk.has_moe for rk in x] for x in sums], dtype=bool)
         k_loss = max(len(rk.loss) for x in sums for rk in x)
@@ -467,16 +496,14 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
     pp = run.training.pp
     if in_flight is not None and (len(in_flight) != pp or any(x < 0 for x in in_flight)):
         raise InvalidConfigError(f"in_flight={list(in_flight)!r} must hold {pp} non-negative values (one per pipeline rank)")
-    sums, f_closed, values, cache_name, moe_name = _run_terms(run, assumptions)
-    R = _NS(dict(zip(_RUN_FIELDS, values)))
-    R.cached, R.cache_name, R.moe_name = bool(cache_name), cache_name, moe_name
+    sums, f_closed, R = _run_terms(run, assumptions)
     stages = []
     for r in range(pp):
         S = sums[r]
         fc = f_closed[r]
         f = float(in_flight[r]) if in_flight is not None else fc
         params, grads, opt, act, parts = _stage_formula(_Scalar, S, R, f, fc, in_flight is not None)
-        other = tuple((name, v) for name, v, present in parts if present)
+        other = tuple([(name, v) for name, v, present in parts if present])
         stages.append(StageMemory(
             rank=r, params_bytes=params, grads_bytes=grads, optimizer_bytes=opt, activations_bytes=act,
             other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=other))
