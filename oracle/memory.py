@@ -135,20 +135,8 @@ def rank_param_counts(run: RunConfig, rank: int) -> tuple[float, float]:
     TP/EP-sharded, before distributed-optimizer / FSDP sharding (the data-parallel sync sizes)."""
     if not 0 <= rank < run.training.pp:
         raise InvalidConfigError(f"rank={rank} must be in 0..pp-1 = 0..{run.training.pp - 1}")
-    b = blocks(run.model, shape_of(run))
-    dense = expert = 0.0
-    for ch in _plans(run)[rank]:
-        for kind, _, n in ch.layers:
-            dense += n * b.layer(kind).params_dense
-            expert += n * b.layer(kind).params_expert
-        if ch.has_embedding:
-            dense += b.embedding.params_dense
-        if ch.has_output:
-            dense += _head(b, run, ch).params_dense
-        if ch.mtp and b.mtp is not None and b.mtp_head is not None:  # all MTP modules sit on one chunk
-            dense += b.mtp.params_dense + b.mtp_head.params_dense + _extra_embedding_params(b, run, ch)
-            expert += b.mtp.params_expert
-    return dense, expert
+    sums = _rank_sums(run, shape_of(run), DEFAULT)[rank]  # the memory projection's own sums (cached)
+    return sums.p_dense, sums.p_exp
 
 
 def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT
