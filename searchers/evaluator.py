@@ -109,6 +109,12 @@ class OracleEvaluator:
         from oracle.projector import project
         return project(run, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False)
 
+    def memory_peaks(self, runs: list[RunConfig]) -> tuple[Any, Any]:
+        """(peak bytes, cap bytes) of every run, as :meth:`memory` would give them (``oracle.memory.memory_peaks``:
+        numpy over the runs)."""
+        from oracle.memory import memory_peaks
+        return memory_peaks(runs)
+
     def score_many(self, runs: list[RunConfig]) -> list[Any]:
         """:meth:`score` of every run (``oracle.projector.project_many``: runs that share a pipeline plan are
         replayed together), each failure as its exception in place."""
@@ -156,6 +162,24 @@ def memory_result(evaluator: Evaluator, run: RunConfig, key: str) -> TrialResult
     except Exception as exc:  # the oracle must not crash a search
         return TrialResult(status="failed", key=key, training=_training(run),
                            reason=f"memory projection failed: {_error_text(exc)}")
+    return _memory_verdict(run, key, peak, cap)
+
+
+def memory_results(evaluator: Evaluator, runs: list[RunConfig], keys: list[str]) -> list[TrialResult | None]:
+    """:func:`memory_result` of each run, through the evaluator's batch ``memory_peaks`` where it has one (one
+    failing run sends the batch through the one-by-one path, which words each failure)."""
+    many = getattr(evaluator, "memory_peaks", None)
+    if many is not None and runs:
+        try:
+            peaks, caps = many(runs)
+        except Exception:  # noqa: BLE001 - each run again alone, with its own error
+            pass
+        else:
+            return [_memory_verdict(r, k, float(p), float(c)) for r, k, p, c in zip(runs, keys, peaks, caps)]
+    return [memory_result(evaluator, r, k) for r, k in zip(runs, keys)]
+
+
+def _memory_verdict(run: RunConfig, key: str, peak: float, cap: float) -> TrialResult | None:
     if not (math.isfinite(peak) and peak <= cap):
         return TrialResult(status="rejected", key=key, training=_training(run), peak_bytes=peak,
                            cap_bytes=cap,
