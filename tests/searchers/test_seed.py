@@ -16,10 +16,11 @@ def test_mixtral_seed_order_follows_the_paper():
         "moe_a2a_backend=deepep",                                # MoE with EP > 1
         "moe_sync_free=true",                                    # paper App. H MoE lever (2), on DeepEP
         "pp_schedule=1f1b",                                      # VPP 3, 4 do not split 14 layers/stage
-        "pp_schedule=zero_bubble",                               # (ILP is left out of this space)
-        "mbs=2", "use_distributed_optimizer=false",              # MBS 1 is the baseline
+        "pp_schedule=zero_bubble", "pp_schedule=ilp",            # every schedule of the space, in its order
+        "mbs=2",                                                 # MBS 1 is the baseline
     ]
-    assert notes[10:] == ["fsdp=true", "pp_schedule=zbv vpp=2"]  # the fill-up; the cap of 12 leaves out ep=4
+    # the fill-up; the cap of 12 leaves out zbv and ep=4
+    assert notes[10:] == ["use_distributed_optimizer=false", "fsdp=true"]
     assert len(plan) <= 12
     base = exp.space.point_of(exp.space.baseline)
     for c in plan[1:]:
