@@ -52,6 +52,11 @@ class SeedThenPropose(Searcher):
         self._proposer: Any = None
         self._in_seed = True
         self.sequential = llm is not None or lm is not None
+        import os
+        self._guided = None
+        if llm is None and lm is None and os.environ.get("GUIDED"):
+            from searchers.guided import GuidedProposer
+            self._guided = GuidedProposer(space, self.history)
         """The LLM proposer's tool loop waits for each result: one trial at a time under Ray Tune."""
 
     # ------------------------------------------------------------------ proposer selection
@@ -73,11 +78,18 @@ class SeedThenPropose(Searcher):
 
     def bind(self, context: SearchContext) -> None:
         super().bind(context)
+        if self._guided is not None:
+            self._guided.bind(context)
         if self._proposer is not None and hasattr(self._proposer, "bind"):
             self._proposer.bind(context)
 
     # ------------------------------------------------------------------ ask / tell
     def suggest(self) -> Candidate | None:
+        if self._guided is not None and self.history.best() is not None:
+            self._in_seed = False
+            c = self._guided.suggest()
+            if c is not None:
+                return c
         if not self._seed and self._seed_emitted < self._max_seed and not self._reanchored:
             self._reanchor()
         while (self._seed or self._deferred) and self._seed_emitted < self._max_seed:
