@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from searchers.base import Candidate, TrialResult
-from searchers.crossaxis import neighbourhood
 from searchers.history import History, diff
 from searchers.space import STRUCTURE_AXES, SearchSpace
 from searchers.stepmodel import StepModel
@@ -63,13 +62,15 @@ class GuidedProposer:
 
     def __init__(self, space: SearchSpace, history: History, *, context: Any = None,
                  novelty_bonus: float = 0.02, min_jump: float = 0.03, max_probes: int = 2000, runners_up: int = 3,
-                 min_share: float = 0.03, **_: Any) -> None:
+                 min_share: float = 0.03, polish_radius: int = 3, **_: Any) -> None:
         self.space, self.history, self.context = space, history, context
         self.novelty_bonus = novelty_bonus
         self.min_jump = min_jump
         """Least predicted log gain of a jump (raised to the model's median error once trials have measured it)."""
         self.max_probes = max_probes
         self.min_share = min_share
+        self.polish_radius = polish_radius
+        """Settings a polish move may change at once (the schedule and its VPP count as one)."""
         self._flags = flag_axes(space)
         self.runners_up = runners_up
         self._errors: list[float] = []
@@ -116,20 +117,28 @@ class GuidedProposer:
         c = self._first(codes, gain, inc, floor=self._error(), probes=self.max_probes, kind="jump", rows=True)
         if c is not None:
             return c
-        # polish: the incumbent's single-axis moves (repaired), best predicted first, values never measured first
-        # among equals; then around the runners-up
+        # polish: the points a few settings away from the incumbent (then from the runners-up), best predicted
+        # first whatever the sign, values never measured first among equals
+        gain = gain + self.novelty_bonus * np.minimum(self._novelty(codes), 1.0)
         for e in self._runners_up():
-            pts = [p for p, _ in neighbourhood(self.space, e.point)]
-            enc = [x for x in (self.model.encode(self.space.point_of(p)) for p in pts) if x is not None]
-            if not enc:
+            enc = self.model.encode(e.point)
+            if enc is None:
                 continue
-            block = np.array(enc, dtype=np.int16)
-            g = np.log(here / np.maximum(self._times(block), 1e-12))
-            g += self.novelty_bonus * np.minimum(self._novelty(block), 1.0)
-            c = self._first(block, g, e, floor=-np.inf, probes=len(block), kind="polish")
+            near = self._distance(codes, enc) <= self.polish_radius
+            c = self._first(codes, np.where(near, gain, -np.inf), e, floor=-1e9, probes=self.max_probes,
+                            kind="polish", rows=True)
             if c is not None:
                 return c
         return None
+
+    def _distance(self, codes: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Settings in which each point differs from ``at`` (the schedule and its VPP count once)."""
+        diff = codes != at[None, :]
+        axes = self.space.axes
+        if "vpp" in axes and "pp_schedule" in axes:
+            i, j = axes.index("vpp"), axes.index("pp_schedule")
+            return diff.sum(axis=1) - (diff[:, i] & diff[:, j])
+        return diff.sum(axis=1)
 
     def _flag_move(self, inc: Any) -> Candidate | None:
         """The seed planner's next move on a setting no trial has measured (number format, dispatcher, sync-free

@@ -75,6 +75,8 @@ OVERLAP_PRIOR: dict[str, float] = {"pp_p2p": 1.0, "fsdp_ag": 1.0, "fsdp_rs": 1.0
 """Compute (as a multiple of compute + recompute) a communication kind can hide under until a trial measures it:
 the data-parallel, sharding and pipeline transfers are issued to overlap (bucketed, prefetched, asynchronous);
 the tensor, context and expert collectives sit on the critical path (0: fully exposed)."""
+SHARE_LIMITED = 0.15
+"""Largest exposed share read as the overlap's ceiling rather than as compute running out."""
 EXPOSED_SHARE = 0.05
 """Share of a transfer left exposed however much compute there is to hide it under, when the measurements show only
 the capacity limit (an estimate: the first gather of a pass and the last reduction wait for nothing to overlap)."""
@@ -118,6 +120,7 @@ class StepModel:
         """Their breakdowns."""
         self._cols: dict[str, np.ndarray] = {}
         self._cache: dict[Any, tuple[int, np.ndarray, np.ndarray]] = {}
+        """Incremental nearest-point lookups per (block, term): rows measured so far, distances, indices."""
         self._statics: dict[Any, Any] = {}
         self._imb: dict[tuple[float, ...], float] = {}
 
@@ -236,27 +239,35 @@ class StepModel:
 
     # ------------------------------------------------------------------ calibration lookups
     def _nearest(self, codes: np.ndarray, keys: tuple[Sequence[str], Sequence[str]], rows: np.ndarray,
-                 extra: tuple[np.ndarray, np.ndarray] | None = None, cache: Any = None) -> np.ndarray:
+                 extra: tuple[np.ndarray, np.ndarray] | None = None, cache: Any = None,
+                 scale: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """For each candidate, the index (into the measured rows ``rows``) of the nearest one: fewest
         mismatches on the first tier of ``keys``, on ``extra`` (candidate and measured labels, one per measured row)
-        and on the second tier, in that order, then on all axes; ties go to the earlier measurement. With ``cache`` (a key naming this block and lookup) only the
+        and on the second tier (numeric settings: in doublings), in that order, then (``scale``: candidate and measured log drivers) the fewest
+        e-folds the term must be carried, then on all axes; ties go to the earlier measurement. With ``cache`` (a key naming this block and lookup) only the
         rows measured since the last call are compared, so a search that re-ranks the whole space after every
         trial pays for each measurement once."""
         first = [self._col[k] for k in keys[0] if k in self._col]
-        second = [self._col[k] for k in keys[1] if k in self._col]
+        second = [self._col[k] for k in keys[1] if k in self._col and k not in _NUMERIC]
+        steps = [(self._col[k], np.log2(np.maximum(self._num[k], 1e-9))) for k in keys[1]
+                 if k in self._col and k in _NUMERIC]
         state = self._cache.get(cache) if cache is not None else None
         if state is None or len(state[1]) != len(codes):
-            state = (0, np.full(len(codes), np.iinfo(np.int32).max, dtype=np.int64), np.zeros(len(codes), np.int64))
+            state = (0, np.full(len(codes), np.inf), np.zeros(len(codes), np.int64))
         done, best_d, best_i = state
         for r in rows[rows >= done] if cache is not None else rows:
             diff = codes != self.codes[r][None, :]
-            d = diff.sum(axis=1).astype(np.int64)
+            d = diff.sum(axis=1).astype(np.float64)
             if first:
                 d += 10000 * diff[:, first].sum(axis=1)
             if second:
                 d += 100 * diff[:, second].sum(axis=1)
+            for col, logv in steps:  # a numeric setting: the fewest doublings away
+                d += 100 * np.abs(logv[codes[:, col]] - logv[self.codes[r, col]])
             if extra is not None:
                 d += 1000 * (extra[0] != extra[1][r])
+            if scale is not None:
+                d += 10 * np.abs(scale[0] - scale[1][r])
             better = d < best_d
             best_d = np.where(better, d, best_d)
             best_i = np.where(better, r, best_i)
@@ -347,19 +358,22 @@ class StepModel:
                                                      for i in rows]))
         out["recompute_s"] = compute * share
         busy = compute + out["recompute_s"]
-        # bubble: (pp - 1) / (m vpp) of the busy time, by the schedule's measured factor
+        # bubble: (pp - 1) / (m vpp) of the busy time, by the factor measured at the nearest pipelined point (same
+        # schedule first; another schedule's factor is carried by the ratio of the two priors)
         sched = f["pp_schedule"]
-        factor = np.array([BUBBLE_PRIOR.get(s, 1.0) for s in sched])
-        for s in set(sched.tolist()):
-            rows = [i for i in every if mf["pp_schedule"][i] == s and mf["pp"][i] > 1]
-            vals = []
-            for i in rows:
-                base = (mf["pp"][i] - 1) / (mf["micro"][i] * mf["vpp"][i])
-                b = self.terms[i].get("compute_s", 0.0) + self.terms[i].get("recompute_s", 0.0)
-                if base > 0 and b > 0:
-                    vals.append(self.terms[i].get("bubble_s", 0.0) / (base * b))
-            if vals:
-                factor[sched == s] = float(np.median(vals))
+        prior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in sched])
+        factor = prior
+        piped = np.array([i for i in every if mf["pp"][i] > 1], dtype=np.int64)
+        if len(piped):
+            mbase = (mf["pp"] - 1) / (mf["micro"] * mf["vpp"])
+            mbusy = self._value("compute_s", every) + self._value("recompute_s", every)
+            mfactor = np.where((mbase > 0) & (mbusy > 0),
+                               self._value("bubble_s", every) / np.where((mbase > 0) & (mbusy > 0), mbase * mbusy, 1.0),
+                               0.0)
+            ref = self._nearest(codes, (("pp_schedule",), ("pp", "vpp", "mbs")), piped,
+                                cache=block and (block, "bubble_s"))
+            rprior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in mf["pp_schedule"]])[ref]
+            factor = mfactor[ref] * np.where(sched == mf["pp_schedule"][ref], 1.0, prior / rprior)
         out["bubble_s"] = np.where(f["pp"] > 1, factor * (f["pp"] - 1) / (f["micro"] * f["vpp"]) * busy, 0.0)
         # host stalls: per layer pass, as at the nearest point with the same dispatcher settings
         passes = f["micro"] * self.layers / f["pp"] * np.where(rc == "full", 2.0, 1.0)
@@ -405,7 +419,10 @@ class StepModel:
             return np.where(present, np.maximum(0.0, drv - OVERLAP_PRIOR.get(kind, 0.0) * busy), 0.0)
         mdrv = self.driver(kind, mf)
         regime = (self._static(block, ("across", kind), lambda: self._across(kind, f)), self._across(kind, mf))
-        ref = self._nearest(codes, TERM_KEYS.get(kind, ((), ())), rows, extra=regime, cache=block and (block, kind))
+        logd = (self._static(block, ("logdriver", kind), lambda: np.log(np.maximum(drv, 1e-12))),
+                np.log(np.maximum(mdrv, 1e-12)))
+        ref = self._nearest(codes, TERM_KEYS.get(kind, ((), ())), rows, extra=regime, cache=block and (block, kind),
+                            scale=logd)
         rtotal = self._value(f"{kind}_total_s", ref)
         rexposed = self._value(f"{kind}_exposed_s", ref)
         rbusy = self._value("compute_s", ref) + self._value("recompute_s", ref)
@@ -422,15 +439,16 @@ class StepModel:
         """Exposed seconds of a term of ``total`` seconds beside ``busy`` seconds of compute, from a reference that
         left ``rexposed`` of ``rtotal`` exposed beside ``rbusy``. Overlap has two limits: a share of each transfer
         that waits anyway (the first layer's gather, the tail), and the compute there is to hide under. A
-        reference that hid less than half its compute's worth shows the share (and can hide at least its compute's
-        worth); one that hid more shows the capacity (and its share is taken as :data:`EXPOSED_SHARE`); one that hid
-        it all shows only a lower bound of the capacity, taken twice over."""
+        reference that left a small share exposed (at most :data:`SHARE_LIMITED`), or hid less than half its
+        compute's worth, shows the share (and can hide at least its compute's worth); one that left more exposed
+        while hiding more shows the capacity (its share is then taken as :data:`EXPOSED_SHARE`); one that hid it all
+        shows only a lower bound of the capacity, taken twice over."""
         safe_total = np.where(rtotal > 0, rtotal, 1.0)
         safe_busy = np.where(rbusy > 0, rbusy, 1.0)
         share = np.clip(rexposed / safe_total, 0.0, 1.0)
         cap = np.maximum(rtotal - rexposed, 0.0) / safe_busy
         hidden_all = share < 0.01
-        limited = (cap >= 0.5) & ~hidden_all
+        limited = (share > SHARE_LIMITED) & (cap >= 0.5)
         share = np.where(limited, np.minimum(share, EXPOSED_SHARE), share)
         cap = np.where(hidden_all, np.maximum(1.0, 2.0 * cap), np.where(limited, cap, np.maximum(1.0, cap)))
         return np.maximum(share * total, total - cap * busy)
