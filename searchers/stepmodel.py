@@ -14,7 +14,8 @@ term          carried by (per GPU and step; ``m`` micro-batches per pipeline, ``
 compute       the work per GPU is fixed by GBS and the GPU count: the measured compute of the nearest point
               with the same number format (else the format's peak ratio on the part, :data:`GEMM_SHARE` of it)
 recompute     compute x the measured share of that recompute mode (prior :data:`RECOMPUTE_PRIOR`)
-bubble        (pp - 1) / (m x vpp) x (compute + recompute) x the measured factor of that schedule (prior
+bubble        (pp - 1) / (m x vpp) x the stage time (compute, recompute, host stalls, exposed tp/cp/ep) x the
+              measured factor of that schedule (prior
               :data:`BUBBLE_PRIOR`)
 host stalls   per layer pass (m x L/pp, twice with full recompute), as measured at the nearest point with the
               same dispatcher settings
@@ -58,7 +59,7 @@ measured (an estimate: attention, norms and element-wise ops keep their time).""
 FORMAT_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
 """Training number format -> the peak of the hardware profile it runs at."""
 TERM_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "compute_s": (("precision", "fp8_recipe"), ("mbs", "tp", "ep", "cp")),
+    "compute_s": (("precision", "fp8_recipe"), ()),
     "host_sync_s": (("moe_sync_free", "moe_a2a_backend", "cuda_graph_impl", "cuda_graph_scope"), ("mbs", "tp")),
     "ep_a2a": (("moe_a2a_backend", "moe_a2a_overlap", "moe_sync_free"), ()),
     "fsdp_ag": (("overlap_param_gather",), ()),
@@ -80,6 +81,14 @@ SHARE_LIMITED = 0.15
 EXPOSED_SHARE = 0.05
 """Share of a transfer left exposed however much compute there is to hide it under, when the measurements show only
 the capacity limit (an estimate: the first gather of a pass and the last reduction wait for nothing to overlap)."""
+COMPUTE_SHAPE: tuple[str, ...] = ("tp", "ep", "mbs", "cp")
+"""Settings that change the GEMM shapes, so the kernels' efficiency: the ledger's measurements give compute's
+elasticity to each (:meth:`StepModel._compute_elasticities`)."""
+COMPUTE_RIDGE = 1.0
+"""Ridge penalty of that fit (per doubling, in log compute): a setting measured at two values moves it, a hint does
+not."""
+STAGE_COMM: tuple[str, ...] = ("tp", "cp", "ep_a2a")
+"""Communication inside the layers: what is left exposed lengthens every micro-batch's stage time, so the bubble."""
 COMM_KINDS: tuple[str, ...] = ("tp", "cp", "ep_a2a", "pp_p2p", "fsdp_ag", "fsdp_rs", "dp_grad", "dp_param_gather",
                                "expert_grad")
 """Communication kinds of the oracle's breakdown that the model carries (others are taken as measured)."""
@@ -284,6 +293,24 @@ class StepModel:
             self._statics[key] = make()
         return self._statics[key]
 
+    def _compute_x(self, f: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.stack([np.log2(np.maximum(f[k], 1.0)) for k in COMPUTE_SHAPE], axis=1)
+
+    def _compute_elasticities(self, mf: Mapping[str, np.ndarray], mimb: np.ndarray) -> np.ndarray | None:
+        """Ridge fit of log(compute / imbalance) on log2 of :data:`COMPUTE_SHAPE` within each number format (its
+        level taken out): the compute change per doubling of each setting; None before three measurements."""
+        n = len(self.terms)
+        if n < 3:
+            return None
+        y = np.log(np.maximum(self._value("compute_s", np.arange(n)), 1e-12)) - np.log(mimb)
+        x = self._compute_x(mf)
+        groups = mf["precision"].astype(str) + "/" + self._label(self.codes, "fp8_recipe").astype(str)
+        for g in set(groups.tolist()):  # centre each format group: the format's level is not a shape effect
+            sel = groups == g
+            y[sel] -= y[sel].mean()
+            x[sel] -= x[sel].mean(axis=0)
+        return np.linalg.solve(x.T @ x + COMPUTE_RIDGE * np.eye(x.shape[1]), x.T @ y)
+
     def _imbalance(self, f: Mapping[str, np.ndarray]) -> np.ndarray:
         """Work of the busiest pipeline rank over the mean rank's, per point (1 without a pipeline)."""
         out = np.ones(len(f["pp"]))
@@ -346,7 +373,14 @@ class StepModel:
         # the critical pipeline rank carries its share of the layers plus the output layer and loss
         # (oracle.pipeline_layout.card_weights: per-token GEMM work of each part of the model)
         imb = self._static(block, "imbalance", lambda: self._imbalance(f))
-        compute = compute * scale * imb / self._imbalance(mf)[near]
+        mimb = self._imbalance(mf)
+        compute = compute * scale * imb / mimb[near]
+        # what the ledger says the shape settings do to compute (GEMM sizes: tp, ep, micro-batch, cp), carried from
+        # the reference to each point; with few trials the ridge keeps it near nothing
+        w = self._compute_elasticities(mf, mimb)
+        if w is not None:
+            x = self._static(block, "compute_x", lambda: self._compute_x(f))
+            compute = compute * np.exp((x - self._compute_x(mf)[near]) @ w)
         out["compute_s"] = compute
         # recompute: share of compute per mode (measured where the mode was)
         rc = f["recompute"]
@@ -358,23 +392,6 @@ class StepModel:
                                                      for i in rows]))
         out["recompute_s"] = compute * share
         busy = compute + out["recompute_s"]
-        # bubble: (pp - 1) / (m vpp) of the busy time, by the factor measured at the nearest pipelined point (same
-        # schedule first; another schedule's factor is carried by the ratio of the two priors)
-        sched = f["pp_schedule"]
-        prior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in sched])
-        factor = prior
-        piped = np.array([i for i in every if mf["pp"][i] > 1], dtype=np.int64)
-        if len(piped):
-            mbase = (mf["pp"] - 1) / (mf["micro"] * mf["vpp"])
-            mbusy = self._value("compute_s", every) + self._value("recompute_s", every)
-            mfactor = np.where((mbase > 0) & (mbusy > 0),
-                               self._value("bubble_s", every) / np.where((mbase > 0) & (mbusy > 0), mbase * mbusy, 1.0),
-                               0.0)
-            ref = self._nearest(codes, (("pp_schedule",), ("pp", "vpp", "mbs")), piped,
-                                cache=block and (block, "bubble_s"))
-            rprior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in mf["pp_schedule"]])[ref]
-            factor = mfactor[ref] * np.where(sched == mf["pp_schedule"][ref], 1.0, prior / rprior)
-        out["bubble_s"] = np.where(f["pp"] > 1, factor * (f["pp"] - 1) / (f["micro"] * f["vpp"]) * busy, 0.0)
         # host stalls: per layer pass, as at the nearest point with the same dispatcher settings
         passes = f["micro"] * self.layers / f["pp"] * np.where(rc == "full", 2.0, 1.0)
         mpasses = mf["micro"] * self.layers / mf["pp"] * np.where(mf["recompute"] == "full", 2.0, 1.0)
@@ -384,6 +401,25 @@ class StepModel:
         out["other_s"] = self._value("other_s", near)
         for kind in COMM_KINDS:
             out[kind] = self._comm(kind, codes, f, mf, busy, block)
+        # bubble: (pp - 1) / (m vpp) of a micro-batch's stage time (compute, recompute, host stalls and the exposed
+        # collectives inside the layers), by the factor measured at the nearest pipelined point (same schedule
+        # first; another schedule's factor is carried by the ratio of the two priors)
+        stage = busy + out["host_sync_s"] + sum(out[k] for k in STAGE_COMM)
+        sched = f["pp_schedule"]
+        prior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in sched])
+        factor = prior
+        piped = np.array([i for i in every if mf["pp"][i] > 1], dtype=np.int64)
+        if len(piped):
+            mbase = (mf["pp"] - 1) / (mf["micro"] * mf["vpp"])
+            mstage = sum(self._value(k, every) for k in ("compute_s", "recompute_s", "host_sync_s")) + sum(
+                self._value(f"{k}_exposed_s", every) for k in STAGE_COMM)
+            ok = (mbase > 0) & (mstage > 0)
+            mfactor = np.where(ok, self._value("bubble_s", every) / np.where(ok, mbase * mstage, 1.0), 0.0)
+            ref = self._nearest(codes, (("pp_schedule",), ("pp", "vpp", "mbs")), piped,
+                                cache=block and (block, "bubble_s"))
+            rprior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in mf["pp_schedule"]])[ref]
+            factor = mfactor[ref] * np.where(sched == mf["pp_schedule"][ref], 1.0, prior / rprior)
+        out["bubble_s"] = np.where(f["pp"] > 1, factor * (f["pp"] - 1) / (f["micro"] * f["vpp"]) * stage, 0.0)
         out["total"] = sum(out.values())
         return out
 
