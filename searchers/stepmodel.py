@@ -87,6 +87,8 @@ elasticity to each (:meth:`StepModel._compute_elasticities`)."""
 COMPUTE_RIDGE = 1.0
 """Ridge penalty of that fit (per doubling, in log compute): a setting measured at two values moves it, a hint does
 not."""
+NODE_LEVEL_DISPATCH: tuple[str, ...] = ("deepep", "hybridep")
+"""MoE dispatchers that send a token once per destination node (DeepEP's normal kernels, NVIDIA's HybridEP)."""
 STAGE_COMM: tuple[str, ...] = ("tp", "cp", "ep_a2a")
 """Communication inside the layers: what is left exposed lengthens every micro-batch's stage time, so the bubble."""
 COMM_KINDS: tuple[str, ...] = ("tp", "cp", "ep_a2a", "pp_p2p", "fsdp_ag", "fsdp_rs", "dp_grad", "dp_param_gather",
@@ -171,24 +173,26 @@ class StepModel:
             f[n] = np.nan_to_num(f[n], nan=1.0)
         f["dp"] = np.maximum(1.0, np.floor(self.gpus / (f["tp"] * f["cp"] * f["pp"])))
         f["micro"] = np.maximum(1.0, f["gbs"] / (f["dp"] * f["mbs"]))
-        for n in ("recompute", "pp_schedule", "precision", "fsdp", "use_distributed_optimizer"):
+        for n in ("recompute", "pp_schedule", "precision", "fsdp", "use_distributed_optimizer", "moe_a2a_backend"):
             f[n] = self._label(codes, n)
         return f
 
     # ------------------------------------------------------------------ physical scale of each term
     def _span_time(self, volume: np.ndarray, group: np.ndarray, stride: np.ndarray,
-                   exchange: bool = False) -> np.ndarray:
+                   exchange: bool = False, per_node: np.ndarray | None = None) -> np.ndarray:
         """Seconds to move ``volume`` bytes per GPU within groups of ``group`` ranks ``stride`` apart, ``inside`` of
         them in each node. A collective (gather, scatter, reduction) runs hierarchically: its share across nodes goes
         over the ``inside`` ranks' NICs in parallel, 1/inside of it each (NCCL/RCCL's rail-aligned rings); an
-        ``exchange`` (all-to-all) sends each peer its own share, the part for other nodes over the rank's one NIC."""
+        ``exchange`` (all-to-all) sends each peer its own share, the part for other nodes over the rank's one NIC;
+        ``per_node`` (0-1 per point) scales that part where a token bound for several experts of one node crosses the
+        network once (DeepEP's node-level dispatch)."""
         g = np.maximum(group, 1.0)
         inside = np.where(g * stride <= self.node, g, np.maximum(1.0, np.floor(self.node / np.maximum(stride, 1.0))))
         inside = np.minimum(inside, g)
         nodes = np.maximum(1.0, g / inside)
         if exchange:
             up = (inside - 1) / g
-            out = (g - inside) / g
+            out = (g - inside) / g * (1.0 if per_node is None else per_node)
         else:
             up = (inside - 1) / inside
             out = (nodes - 1) / nodes / inside
@@ -229,7 +233,14 @@ class StepModel:
         elif kind == "ep_a2a":
             tokens = mbs * seq / (cp * tp)
             vol = micro * self.moe_layers / pp * 4 * tokens * self.topk * self.hidden * 2.0 * replay
-            return self._span_time(vol, group, stride, exchange=True)
+            # DeepEP-style dispatchers send a token once per destination node, then fan out inside it: the share of
+            # the top-k copies that cross the network is E[distinct nodes among k] / k (uniform routing)
+            inside = np.minimum(np.maximum(1.0, np.floor(self.node / np.maximum(stride, 1.0))), np.maximum(group, 1.0))
+            nodes = np.maximum(1.0, group / inside)
+            k = max(1, self.topk)
+            dedup = np.where(nodes > 1, nodes * (1.0 - (1.0 - 1.0 / nodes) ** k) / k, 1.0)
+            node_level = np.isin(f["moe_a2a_backend"], NODE_LEVEL_DISPATCH)
+            return self._span_time(vol, group, stride, exchange=True, per_node=np.where(node_level, dedup, 1.0))
         elif kind == "pp_p2p":
             return np.where(pp > 1, micro * vpp * 2 * act / tp / self.bw_out, 0.0)
         else:
@@ -251,9 +262,10 @@ class StepModel:
                  extra: tuple[np.ndarray, np.ndarray] | None = None, cache: Any = None,
                  scale: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """For each candidate, the index (into the measured rows ``rows``) of the nearest one: fewest
-        mismatches on the first tier of ``keys``, on ``extra`` (candidate and measured labels, one per measured row)
-        and on the second tier (numeric settings: in doublings), in that order, then (``scale``: candidate and measured log drivers) the fewest
-        e-folds the term must be carried, then on all axes; ties go to the earlier measurement. With ``cache`` (a key naming this block and lookup) only the
+        mismatches on the first tier of ``keys``, then on the second tier (numeric settings: in doublings), then
+        (``scale``: candidate and measured log drivers) the fewest e-folds the term must be carried plus one for a
+        mismatch on ``extra`` (candidate and measured labels, one per measured row: the links' regime), then on all
+        axes; ties go to the earlier measurement. With ``cache`` (a key naming this block and lookup) only the
         rows measured since the last call are compared, so a search that re-ranks the whole space after every
         trial pays for each measurement once."""
         first = [self._col[k] for k in keys[0] if k in self._col]
@@ -274,7 +286,7 @@ class StepModel:
             for col, logv in steps:  # a numeric setting: the fewest doublings away
                 d += 100 * np.abs(logv[codes[:, col]] - logv[self.codes[r, col]])
             if extra is not None:
-                d += 1000 * (extra[0] != extra[1][r])
+                d += 10 * (extra[0] != extra[1][r])
             if scale is not None:
                 d += 10 * np.abs(scale[0] - scale[1][r])
             better = d < best_d
@@ -457,16 +469,19 @@ class StepModel:
         regime = (self._static(block, ("across", kind), lambda: self._across(kind, f)), self._across(kind, mf))
         logd = (self._static(block, ("logdriver", kind), lambda: np.log(np.maximum(drv, 1e-12))),
                 np.log(np.maximum(mdrv, 1e-12)))
-        ref = self._nearest(codes, TERM_KEYS.get(kind, ((), ())), rows, extra=regime, cache=block and (block, kind),
-                            scale=logd)
-        rtotal = self._value(f"{kind}_total_s", ref)
-        rexposed = self._value(f"{kind}_exposed_s", ref)
-        rbusy = self._value("compute_s", ref) + self._value("recompute_s", ref)
+        keys = TERM_KEYS.get(kind, ((), ()))
+        # the traffic is carried from the point whose links and volume are nearest (fewest e-folds of the driver);
+        # how much of it hides is read at the point nearest in the settings around it (schedule, pipeline, savers)
+        ref = self._nearest(codes, keys, rows, extra=regime, cache=block and (block, kind), scale=logd)
+        near = self._nearest(codes, keys, rows, cache=block and (block, kind, "overlap"))
         ratio = np.where(mdrv[ref] > 0, drv / np.where(mdrv[ref] > 0, mdrv[ref], 1.0), 1.0)
         # another regime (inside a node vs across nodes) than any measured point: the links' ratio is the least
         # certain part, so it is carried half-way (in log) until a trial measures that regime
         ratio = np.where(regime[0] != regime[1][ref], np.sqrt(ratio), ratio)
-        total = rtotal * ratio
+        total = self._value(f"{kind}_total_s", ref) * ratio
+        rtotal = self._value(f"{kind}_total_s", near)
+        rexposed = self._value(f"{kind}_exposed_s", near)
+        rbusy = self._value("compute_s", near) + self._value("recompute_s", near)
         return np.where(present, self._exposed(total, busy, rtotal, rexposed, rbusy), 0.0)
 
     @staticmethod
