@@ -305,6 +305,14 @@ class StepModel:
             self._statics[key] = make()
         return self._statics[key]
 
+    def _optimizer_work(self, f: Mapping[str, np.ndarray]) -> np.ndarray:
+        sharded = (f["fsdp"] == "True") | (f["use_distributed_optimizer"] == "True")
+        dense = self.dense_params / (f["tp"] * f["pp"])
+        expert = self.expert_params / (f["ep"] * f["etp"] * f["pp"])
+        dp_g = f["dp"] * f["cp"]
+        edp = np.maximum(1.0, np.floor(dp_g * f["tp"] / (f["ep"] * f["etp"])))
+        return np.where(sharded, dense / dp_g + expert / edp, dense + expert)
+
     def _compute_x(self, f: Mapping[str, np.ndarray]) -> np.ndarray:
         return np.stack([np.log2(np.maximum(f[k], 1.0)) for k in COMPUTE_SHAPE], axis=1)
 
@@ -409,7 +417,10 @@ class StepModel:
         mpasses = mf["micro"] * self.layers / mf["pp"] * np.where(mf["recompute"] == "full", 2.0, 1.0)
         near_h = self._nearest(codes, TERM_KEYS["host_sync_s"], every, cache=block and (block, "host_sync_s"))
         out["host_sync_s"] = self._value("host_sync_s", near_h) / mpasses[near_h] * passes
-        out["optimizer_s"] = self._value("optimizer_s", near)
+        # optimizer step: over the parameters a GPU updates (its stage's share, divided over the data-parallel
+        # ranks when the optimizer state is sharded: distributed optimizer or FSDP)
+        owork = self._static(block, "optimizer_work", lambda: self._optimizer_work(f))
+        out["optimizer_s"] = self._value("optimizer_s", near) * owork / self._optimizer_work(mf)[near]
         out["other_s"] = self._value("other_s", near)
         for kind in COMM_KINDS:
             out[kind] = self._comm(kind, codes, f, mf, busy, block)
