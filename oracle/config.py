@@ -397,6 +397,9 @@ class RunConfig:
     """How the model was named in the input (card name or path)."""
     hardware_ref: str = ""
     """How the hardware was named in the input."""
+    recipe: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
+    """The input's ``recipe`` settings (oracle.recipe.RecipeEntry), each priced or ignored with why: what was
+    read onto ``training`` (display only; ``to_dict`` writes the training it set)."""
 
     def __post_init__(self) -> None:
         # training.mtp_num_layers overrides the card's MTP modules (Megatron-Core --mtp-num-layers): the card
@@ -411,12 +414,27 @@ class RunConfig:
         if not isinstance(data, dict):
             raise InvalidConfigError(f"{where} must be a mapping with sections model, cluster, training; "
                                      f"got a {type(data).__name__}")
-        problems = unknown_key_problems(data, ["model", "cluster", "training"], where)
+        problems = unknown_key_problems(data, ["model", "cluster", "training", "recipe"], where)
         for req in ("model", "cluster", "training"):
             if req not in data:
                 problems.append(f"{where}: missing required section {req!r}")
         if problems:
             raise InvalidConfigError(problems)
+        recipe: tuple[Any, ...] = ()
+        if data.get("recipe") is not None:  # Megatron-Core / Megatron-Bridge names (oracle.recipe), under training
+            from oracle.recipe import read_recipe
+            rec = data["recipe"]
+            if not isinstance(rec, (dict, str)):
+                raise InvalidConfigError(f"{where}.recipe must be a mapping of Megatron setting -> value or a "
+                                         f"'key=value;...' string, got {type(rec).__name__}")
+            if not isinstance(data["training"], dict):
+                raise InvalidConfigError(f"{where}.training must be a mapping, got {type(data['training']).__name__}")
+            try:
+                reading = read_recipe(rec)
+            except InvalidConfigError as exc:
+                raise InvalidConfigError([f"{where}.recipe: {p}" for p in exc.problems]) from None
+            data = {**data, "training": {**reading.training, **data["training"]}}  # the training section wins
+            recipe = reading.entries
         model_ref = data["model"]
         if not isinstance(model_ref, str):
             if isinstance(model_ref, dict):
@@ -479,7 +497,8 @@ class RunConfig:
         run = cls(model=model, cluster=Cluster(hardware=hw, num_gpus=num_gpus,  # type: ignore[arg-type]
                                                memory_margin=float(margin)),
                   training=training, model_ref=model_ref,  # type: ignore[arg-type]
-                  hardware_ref=cl["hardware"] if isinstance(cl["hardware"], str) else hw.name)  # type: ignore[union-attr]
+                  hardware_ref=cl["hardware"] if isinstance(cl["hardware"], str) else hw.name,  # type: ignore[union-attr]
+                  recipe=recipe)
         if check:
             run.check()
         return run

@@ -71,6 +71,19 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
         return 0.0
     e = hw.efficiency
     dtype = _runnable(hw, dtype)
+    best = min(_tile_times(hw, m, n, k, dtype, groups, fused))[0]
+    if groups > 1:  # each batch of per-expert kernels (one fused kernel: one) fills and drains its pipeline
+        best += (1 if fused else ceil(groups / GROUPED_GEMM_STREAMS)) * e.grouped_gemm_overhead_s
+    elem = ELEM_BYTES.get(dtype, 2)
+    bytes_moved = groups * ((m * k + k * n) * elem + m * n * c_bytes)
+    mem_t = bytes_moved / (hw.hbm_bandwidth_bytes_per_s * e.hbm)
+    return max(best, mem_t, e.kernel_launch_s)
+
+
+def _tile_times(hw: HardwareProfile, m: int, n: int, k: int, dtype: str, groups: int, fused: bool
+                ) -> list[tuple[float, tuple[int, int, int]]]:
+    """(compute seconds, (tm, tn, tk)) of each candidate tile for ``gemm_time_s`` (``dtype`` already runnable)."""
+    e = hw.efficiency
     max_eff = {"fp8": e.gemm_fp8, "fp4": e.gemm_fp4, "mxfp8": e.gemm_mxfp8}.get(dtype, e.gemm_bf16)
     if groups > 1:  # grouped expert GEMMs: their own fraction of the dense kernel's (efficiency.gemm_grouped)
         max_eff *= e.gemm_grouped
@@ -78,19 +91,21 @@ def gemm_time_s(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16"
     k_factor = k / (k + e.gemm_k_half)
     tk = int(TILE_K_BYTES / VALUE_BYTES.get(dtype, 2.0))
     k_run = ceil(k / tk) * tk  # the reduction steps the kernel runs
-    best = float("inf")
     per_batch = groups if fused else min(groups, GROUPED_GEMM_STREAMS)
     batches, rest = divmod(groups, per_batch)
     units = hw.num_compute_units
+    out = []
     for tm, tn, tile_eff in TILES:
         tiles = ceil(m / tm) * ceil(n / tn)
         waves = batches * ceil(per_batch * tiles / units) + (ceil(rest * tiles / units) if rest else 0)
-        t = waves * (2.0 * tm * tn * k_run) / (peak_per_unit * max_eff * tile_eff * k_factor)
-        best = min(best, t)
-    elem = ELEM_BYTES.get(dtype, 2)
-    bytes_moved = groups * ((m * k + k * n) * elem + m * n * c_bytes)
-    mem_t = bytes_moved / (hw.hbm_bandwidth_bytes_per_s * e.hbm)
-    return max(best, mem_t, e.kernel_launch_s)
+        out.append((waves * (2.0 * tm * tn * k_run) / (peak_per_unit * max_eff * tile_eff * k_factor), (tm, tn, tk)))
+    return out
+
+
+def gemm_tile(hw: HardwareProfile, m: int, n: int, k: int, dtype: str = "bf16", groups: int = 1,
+              fused: bool = False) -> tuple[int, int, int]:
+    """The (rows, columns, K-step) tile ``gemm_time_s`` runs this GEMM with (its fastest candidate)."""
+    return min(_tile_times(hw, m, n, k, _runnable(hw, dtype), groups, fused))[1]
 
 
 ATTN_BLOCK_K = 128  # key block per inner iteration (FlashAttention-2/3 and cuDNN's fused attention at head dim 128)

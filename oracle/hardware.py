@@ -79,6 +79,10 @@ class Efficiency:
     """Fraction of its dense kernel's efficiency a grouped GEMM (a MoE layer's local experts: Transformer Engine's
     multi-stream GroupedLinear or a fused grouped kernel) reaches: ragged groups, a prologue and epilogue per
     group, per-group scale factors. 1.0 = the same as one large GEMM."""
+    grouped_gemm_overhead_s: float = 0.0
+    """Device time each batch of a grouped GEMM's per-expert kernels adds beyond its tiles (Transformer Engine's
+    GroupedLinear launches one GEMM per expert on GROUPED_GEMM_STREAMS streams: each batch's kernels fill and drain
+    their pipelines and write their epilogues before the next batch starts); a fused grouped kernel pays it once."""
     attention_exp_overlap: float = 0.0
     """Share of the shorter of a flash-attention tile's matmul time and its softmax-exponential time that the
     kernel hides behind the longer (0: they add up; 1: max of the two). What the attention kernels of the
@@ -365,6 +369,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
             continue
         if entry is None and fname == "gemm_fp4" and "fp4" not in peaks:
             eff_vals[fname], eff_src[fname] = 0.0, "not applicable: no fp4 tensor cores"
+            continue
+        if entry is None and fname == "grouped_gemm_overhead_s":
+            eff_vals[fname], eff_src[fname] = 0.0, "not given: grouped GEMMs cost their tiles alone"
             continue
         if entry is None and fname == "gemm_grouped":
             eff_vals[fname], eff_src[fname] = 1.0, "not given: grouped GEMMs at the dense kernels' efficiency"

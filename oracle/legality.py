@@ -348,8 +348,6 @@ def _framework_problems(run: RunConfig) -> list[str]:
                    ("fp8_param_gather=true", t.fp8_param_gather, "FSDP2's float8 all-gather is not modelled"),
                    ("fp8_recipe=blockwise", t.fp8_recipe == "blockwise",
                     "its float8 converters scale per tensor (tensorwise) or per 32-value block (mxfp8)"),
-                   ("sequence_parallel=false", t.tp > 1 and t.sequence_parallel is False,
-                    "its tensor parallelism always shards the sequence"),
                    ("tp_comm_overlap=true", t.tp_overlap and not t.torch_compile,
                     "async tensor parallelism needs torch_compile=true")]
     for what, bad, why in unsupported:

@@ -21,7 +21,6 @@ from oracle.compute import BF16, DP_BUCKET_ELEMS, FP32, LayerModel
 from oracle.config import RunConfig
 from oracle.errors import BenchmarkError, InvalidConfigError
 from oracle.flops import FLOP_FORMULA, model_flops_per_token
-from oracle.gemm import memory_bound_time_s
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout, bf16_layers, placement_key
 from oracle.memory import chunk_activation_shares, offloaded_bytes_per_microbatch, project_memory, rank_param_counts
@@ -289,7 +288,7 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     """Terms added after the pipeline flush on rank ``crit``: exposed DP gradient sync (expert part
     on the critical path when EP > 1), exposed distributed-optimizer parameter gather, exposed FSDP
     traffic, and the optimizer step. Returns (comm terms, exposed seconds, optimizer seconds)."""
-    t, hw = run.training, run.cluster.hardware
+    t = run.training
     mb = L.num_microbatches
     terms: list[CommTerm] = []
     last_mb_bwd = sum(c.b_s + c.w_s for c in chunks[crit])

@@ -34,11 +34,10 @@ def _print_json(obj: Any) -> None:
 
 # ---------------------------------------------------------------------- project
 def cmd_project(args: argparse.Namespace) -> int:
-    from oracle.config import RunConfig
     from oracle.projector import project
     from raytune_primus.report import projection_table
 
-    run = RunConfig.load(args.config, args.set)
+    run = _project_run(args)
     if args.mode != "simulate":
         return _project_benchmark(args, run)
     proj = project(run, mode=args.mode)
@@ -56,12 +55,53 @@ def cmd_project(args: argparse.Namespace) -> int:
             print(text)
             return 0
     if args.format == "json":
-        _print_json(proj.to_dict())
+        out = proj.to_dict()
+        if run.recipe:
+            out["recipe"] = [{"key": e.key, "value": e.value, "status": e.status, "why": e.why} for e in run.recipe]
+        _print_json(out)
     else:
         print(projection_table(proj))
+        _print_recipe(run)
         if args.gantt:
             print(f"\ngantt chart written to {args.gantt}")
     return 0
+
+
+def _project_run(args: argparse.Namespace):
+    """The run ``project`` prices: a config file, or --model/--hardware/--num-gpus; a --megatron-args launch line is
+    read onto its training (oracle.recipe: Megatron-LM flags, NAME=value environment words), the file's own
+    training keys and --set winning."""
+    from oracle.config import RunConfig, apply_overrides
+    from oracle.recipe import split_megatron_args
+    from oracle.yamlio import load_mapping
+    if args.config:
+        if args.model or args.hardware or args.num_gpus:
+            raise _usage("project takes a config file or --model/--hardware/--num-gpus, not both")
+        data = load_mapping(args.config, "config file")
+    else:
+        missing = [f for f, v in (("--model", args.model), ("--hardware", args.hardware), ("--num-gpus", args.num_gpus))
+                   if not v]
+        if missing:
+            raise _usage(f"project needs a config file, or --model M --hardware H --num-gpus N (missing "
+                         f"{', '.join(missing)}) with the batch from --megatron-args or --set seq_len=... gbs=...")
+        data = {"model": args.model, "cluster": {"hardware": args.hardware, "num_gpus": args.num_gpus}, "training": {}}
+    if args.megatron_args:
+        pairs = split_megatron_args(args.megatron_args)
+        if isinstance(data, dict) and data.get("recipe") is not None:
+            raise _usage("the config file has a recipe section and --megatron-args gives another: use one")
+        data = {**data, "recipe": dict(pairs)}
+    return RunConfig.from_dict(apply_overrides(data, args.set), where="config")
+
+
+def _print_recipe(run) -> None:
+    """What a config's recipe set and what it ignored (every key accounted for)."""
+    if not run.recipe:
+        return
+    priced = [e for e in run.recipe if e.status == "priced"]
+    ignored = [e for e in run.recipe if e.status != "priced"]
+    print(f"\nrecipe: {len(priced)} settings priced" + (f", {len(ignored)} ignored:" if ignored else ""))
+    for e in ignored:
+        print(f"  ignored: {e.describe()}")
 
 
 def benchmark_source(args: argparse.Namespace):
@@ -370,7 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     pj = sub.add_parser("project", help="project memory and throughput of one config file")
-    pj.add_argument("config", help="YAML or JSON config (sections model, cluster, training)")
+    pj.add_argument("config", nargs="?", help="YAML or JSON config (sections model, cluster, training, optional recipe); "
+                    "or give --model/--hardware/--num-gpus")
+    pj.add_argument("--model", metavar="M", help="bundled card name, card YAML path or Hugging Face config.json path")
+    pj.add_argument("--hardware", metavar="H", help="hardware profile name or YAML path")
+    pj.add_argument("--num-gpus", type=int, metavar="N", help="GPUs in the job")
+    pj.add_argument("--megatron-args", metavar="TEXT", help="a Megatron-LM launch line (flags and NAME=value environment "
+                    "words) read onto the training config; every flag is priced or listed as ignored. Write "
+                    "--megatron-args=\"--tensor-model-parallel-size 4 ...\" when the line starts with a flag")
     pj.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a key, e.g. training.tp=8 (repeatable)")
     pj.add_argument("--mode", default="simulate", choices=["simulate", "benchmark", "both"],

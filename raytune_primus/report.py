@@ -64,11 +64,21 @@ def _tree_lines(node: MemoryNode, depth: int, out: list[list[str]]) -> None:
         _tree_lines(c, depth + 1, out)
 
 
+_LAYOUT_SHOWN = ("seq_len", "gbs", "mbs", "tp", "pp", "vpp", "cp", "ep", "etp", "precision", "recompute")
+
+
 def projection_table(p: Projection) -> str:
+    from oracle.config import TrainingConfig
+    from oracle.schema import to_dict
     t = p.config["training"]
-    lines = [f"{p.config['model']} on {p.config['cluster']['num_gpus']} x {p.config['cluster']['hardware']}  "
+    default = to_dict(TrainingConfig(seq_len=1, gbs=1))
+    # the layout always; every other key only where it differs from its default (the JSON output has them all)
+    shown = {k: v for k, v in t.items() if k in _LAYOUT_SHOWN or (v != default.get(k) and v is not None)}
+    model = p.config["model"] if isinstance(p.config["model"], str) else p.config["model"].get("name", "inline")
+    hw = p.config["cluster"]["hardware"]
+    lines = [f"{model} on {p.config['cluster']['num_gpus']} x {hw if isinstance(hw, str) else hw.get('name', 'inline')}  "
              f"(mode {p.mode})",
-             "training: " + " ".join(f"{k}={v}" for k, v in t.items() if v is not None), ""]
+             "training: " + " ".join(f"{k}={v}" for k, v in shown.items()), ""]
     m = p.memory
     w = m.worst
     keep = m.cap_bytes / (m.hbm_bytes - m.runtime_reserved_bytes)  # 1 - cluster.memory_margin

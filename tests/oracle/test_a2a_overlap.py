@@ -54,19 +54,35 @@ def test_an_all_to_all_longer_than_the_cover_stays_partly_exposed():
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mbs=st.sampled_from([1, 2, 4]), ep=st.sampled_from([2, 4, 8]), pp=st.sampled_from([1, 2]),
-       backend=st.sampled_from(["alltoall", "deepep"]), recompute=st.sampled_from(["none", "selective"]),
-       hw=st.sampled_from(["h100-sxm", "gb200-nvl72", "mi355x"]))
-def test_overlap_never_makes_a_run_slower(mbs, ep, pp, backend, recompute, hw):
+       backend=st.sampled_from(["alltoall", "deepep", "hybridep"]), recompute=st.sampled_from(["none", "selective"]),
+       hw=st.sampled_from(["h100-sxm", "gb200-nvl72", "mi355x"]), delay=st.sampled_from([None, False]),
+       sms=st.sampled_from([None, 8, 64]))
+def test_overlap_never_makes_a_run_slower(mbs, ep, pp, backend, recompute, hw, delay, sms):
     t = dict(seq_len=1024, gbs=64, mbs=mbs, ep=ep, pp=pp, vpp=2 if pp > 1 else 1, recompute=recompute,
-             moe_a2a_backend=backend)
+             moe_a2a_backend=backend, **({"moe_flex_dispatcher_num_sms": sms} if backend != "alltoall" and sms else {}))
     try:
         off = run_of("tiny-moe", hw, 16, **t)
     except InvalidConfigError:
         return
-    on = run_of("tiny-moe", hw, 16, moe_a2a_overlap=True, **t)
+    on = run_of("tiny-moe", hw, 16, moe_a2a_overlap=True, delay_wgrad_compute=delay, **t)
     p_off, p_on = project(off), project(on)
     assert p_on.iteration_time_s <= p_off.iteration_time_s * (1 + 1e-12)
     assert 0 <= a2a(p_on).exposed_s <= a2a(p_on).total_s + 1e-12
+    # per layer: the overlap hides no more of one direction's all-to-all than the other micro-batch's compute it
+    # runs beside (its backward's dgrad, + wgrad when deferred; its forward), beyond what the run hid without it
+    lm_on, lm_off = _layer_model(on), _layer_model(off)
+    c_on, c_off = lm_on.layer("moe"), lm_off.layer("moe")
+    part_on, part_off = c_on.comm["ep_a2a"], c_off.comm["ep_a2a"]
+    cover_f = c_on.b_s + (c_on.w_s if on.training.delays_wgrad else 0.0)
+    assert part_off.f_exposed_s - part_on.f_exposed_s <= cover_f * (1 + 1e-9)
+    assert part_off.b_exposed_s - part_on.b_exposed_s <= c_on.f_s * (1 + 1e-9)
+    assert part_on.f_exposed_s <= part_off.f_exposed_s * (1 + 1e-12)
+
+
+def _layer_model(run):
+    from oracle.layout import Layout
+    from oracle.projector import LayerTimeSource, comm_model
+    return LayerTimeSource().layer_model(Layout(run), comm_model(run.cluster.hardware, run.cluster.num_gpus))
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -134,7 +134,6 @@ def test_torchtitan_defaults_fill_only_unstated_keys():
     ({"framework": "torchtitan", "recompute": "selective", "recompute_modules": ["core_attn"]},
      "recompute_modules with framework=torchtitan"),
     ({"framework": "torchtitan", "tp": 2, "tp_comm_overlap": True}, "async tensor parallelism needs torch_compile"),
-    ({"framework": "torchtitan", "tp": 2, "sequence_parallel": False}, "sequence_parallel=false with framework"),
     ({"torch_compile": True}, "torch_compile=true needs framework=torchtitan"),
     ({"framework": "pytorch"}, "framework"),
 ])
@@ -142,6 +141,11 @@ def test_what_torchtitan_cannot_run_is_one_line_naming_it(training, needle):
     with pytest.raises(InvalidConfigError) as exc:
         _run(n=16, **training)
     assert any(needle in line for line in exc.value.problems), exc.value.problems
+
+
+def test_torchtitan_without_sequence_parallelism_is_legal():
+    """TorchTitan 0.3 turns sequence parallelism off with --parallelism.no_enable_sequence_parallel."""
+    assert not _run(n=16, framework="torchtitan", tp=2, sequence_parallel=False).training.sp
 
 
 def test_async_tp_with_compile_is_legal():

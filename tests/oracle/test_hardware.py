@@ -19,6 +19,7 @@ NO_FP8 = {"a100-80gb", "a100-40gb", "cpu-host"}
 NVL72 = {"gb200-nvl72", "gb300-nvl72"}
 EFFICIENCY_FIELDS = [f.name for f in dataclasses.fields(Efficiency)]
 FRACTIONS = [n for n in EFFICIENCY_FIELDS if n not in ("gemm_k_half", "kernel_launch_s", "collective_launch_s",
+                                                        "grouped_gemm_overhead_s",
                                                         "moe_sync_stall_s")]
 
 
@@ -77,6 +78,7 @@ def test_every_efficiency_has_a_value_and_a_source(name):
     assert 0 < eff.host_op_s < 1e-3, f"{name}: host issue time per framework op must be in (0, 1 ms)"
     # a host stall per MoE-layer forward: zero (no queue to drain) up to tens of milliseconds
     assert 0 <= eff.moe_sync_stall_s < 0.05
+    assert 0 <= eff.grouped_gemm_overhead_s < 1e-3  # a kernel's fill, drain and gap: microseconds
     if hw.vendor != "cpu":
         assert eff.moe_sync_stall_s > 0, f"{name}: a GPU's dispatcher sync stall is not free"
 

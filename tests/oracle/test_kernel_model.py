@@ -118,8 +118,10 @@ def test_grouped_gemms_run_in_batches_of_the_streams_transformer_engine_uses():
     from oracle.gemm import GROUPED_GEMM_STREAMS as S
 
     fitted = load_hardware("b200")
-    # the stream batching alone: grouped GEMMs at the dense kernels' efficiency (efficiency.gemm_grouped = 1)
-    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, gemm_grouped=1.0))
+    # the stream batching alone: grouped GEMMs at the dense kernels' efficiency (efficiency.gemm_grouped = 1), no
+    # per-batch kernel overhead
+    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, gemm_grouped=1.0,
+                                                                   grouped_gemm_overhead_s=0.0))
     m, n, k = 1024, 4096, 7168  # a DeepSeek-V3 expert fc1 at EP 8, MBS 1: 128 tiles on 148 SMs
     # the fitted grouped efficiency scales grouped calls only
     assert gemm_time_s(fitted, m, n, k, "fp8", 1) == gemm_time_s(h, m, n, k, "fp8", 1)
@@ -137,10 +139,15 @@ def test_grouped_gemms_run_in_batches_of_the_streams_transformer_engine_uses():
 
 def test_small_m_gemms_run_far_below_the_large_gemm_rate():
     """A 256-token expert GEMM runs at a fraction of a large GEMM's FLOP rate (tiles underfill the SMs)."""
-    h = load_hardware("b200")
-    rate = lambda m, n, k, g: 2 * m * n * k * g / gemm_time_s(h, m, n, k, "fp8", g)  # noqa: E731
+    fitted = load_hardware("b200")
+    h = dataclasses.replace(fitted, efficiency=dataclasses.replace(fitted.efficiency, grouped_gemm_overhead_s=0.0))
+    rate = lambda m, n, k, g, hw=h: 2 * m * n * k * g / gemm_time_s(hw, m, n, k, "fp8", g)  # noqa: E731
     assert rate(256, 1536, 2048, 1) < 0.25 * rate(16384, 8192, 8192, 1)
     assert rate(256, 1536, 2048, 16) > rate(256, 1536, 2048, 1)  # grouping fills the waves
+    # the per-batch kernel overhead (4 batches of 4 here) is paid on top
+    over = fitted.efficiency.grouped_gemm_overhead_s
+    assert gemm_time_s(fitted, 256, 1536, 2048, "fp8", 16) == pytest.approx(
+        gemm_time_s(h, 256, 1536, 2048, "fp8", 16) + 4 * over, rel=1e-12)
 
 
 def test_wgrad_gemms_accumulate_into_the_gradient_buffer_of_its_dtype():
@@ -224,3 +231,22 @@ def test_nvfp4_is_faster_than_fp8_on_blackwell_and_caches_smaller_weight_copies(
 def test_nvfp4_on_a_part_without_fp4_is_a_clear_error():
     with pytest.raises(InvalidConfigError, match="nvfp4 needs FP4"):
         _run("llama3-8b", hw="h100-sxm", precision="nvfp4")
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000),
+       dtype=st.sampled_from(["bf16", "fp8", "mxfp8", "fp4"]), groups=st.sampled_from([1, 3, 8, 16]),
+       hw=st.sampled_from(["h100-sxm", "b200", "gb300-nvl72", "mi355x"]))
+def test_a_gemm_that_is_not_whole_tiles_is_never_faster_per_flop_than_rounded_up(m, n, k, dtype, groups, hw):
+    """Tile and K-step quantisation: the kernel runs whole tiles, so a GEMM whose sizes are not whole tiles does the
+    rounded GEMM's work (and its shorter reduction fills the pipeline no better): per FLOP it is never faster than
+    the same GEMM rounded up to the tile it runs with."""
+    from math import ceil
+
+    from oracle.gemm import gemm_tile
+    h = load_hardware(hw)
+    tm, tn, tk = gemm_tile(h, m, n, k, dtype, groups)
+    up = (ceil(m / tm) * tm, ceil(n / tn) * tn, ceil(k / tk) * tk)
+    per_flop = gemm_time_s(h, m, n, k, dtype, groups) / (m * n * k)
+    per_flop_up = gemm_time_s(h, *up, dtype, groups) / (up[0] * up[1] * up[2])
+    assert per_flop >= per_flop_up * (1 - 1e-12)

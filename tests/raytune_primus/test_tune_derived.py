@@ -53,14 +53,20 @@ def test_init_prints_the_yaml_and_it_names_the_allowed_numerics(capsys):
 
 
 def test_the_summary_and_report_say_when_the_winner_changes_the_numerics(tmp_path, capsys):
-    code, out, err = _cli(["tune", "tiny-moe-h100-8", "--driver", "inprocess", "--results",
+    # Llama 3.1 70B on 64 H100 with the precision opened: FP8 wins (the GEMMs dominate)
+    code, out, err = _cli(["tune", *DERIVE, "--allow", "precision", "--driver", "inprocess", "--results",
                            str(tmp_path), "--quiet", "--format", "json"], capsys)
     assert code == 0, err
     s = json.loads(out)
-    assert s["numerics"]["open"] == ["precision"]  # tiny-moe lists precision in its space: opened explicitly
-    assert s["numerics"]["changed"] == {"precision": "fp8"}  # FP8 wins on tiny-moe
+    assert "precision" in s["numerics"]["open"]
+    assert s["numerics"]["changed"].get("precision") == "fp8"
     html = (tmp_path / "report.html").read_text()
-    assert "numerics-changing axes open: precision; the winner changes precision bf16 -&gt; fp8" in html
+    assert "the winner changes precision bf16 -&gt; fp8" in html
+    # tiny-moe lists precision in its space (opened explicitly): the summary says it was open, whatever won
+    code, out, err = _cli(["tune", "tiny-moe-h100-8", "--driver", "inprocess", "--results",
+                           str(tmp_path / "tiny"), "--quiet", "--format", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["numerics"]["open"] == ["precision"]
 
 
 @pytest.mark.parametrize("argv, message", [
