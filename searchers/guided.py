@@ -129,7 +129,8 @@ class GuidedProposer:
                             kind="polish", rows=True)
             if c is not None:
                 return c
-        return None
+        # nothing new near the best points: the best-predicted point of the rest of the space
+        return self._first(codes, gain, inc, floor=-np.inf, probes=self.max_probes, kind="explore", rows=True)
 
     def _distance(self, codes: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Settings in which each point differs from ``at`` (the schedule and its VPP count once)."""

@@ -89,6 +89,9 @@ COMPUTE_RIDGE = 1.0
 not."""
 NODE_LEVEL_DISPATCH: tuple[str, ...] = ("deepep", "hybridep")
 """MoE dispatchers that send a token once per destination node (DeepEP's normal kernels, NVIDIA's HybridEP)."""
+POST_FLUSH: tuple[str, ...] = ("dp_grad", "dp_param_gather", "expert_grad")
+"""Transfers once per step at its edges (the last micro-batch's gradients, the next step's parameters): they hide
+under one micro-batch's compute at most."""
 STAGE_COMM: tuple[str, ...] = ("tp", "cp", "ep_a2a")
 """Communication inside the layers: what is left exposed lengthens every micro-batch's stage time, so the bubble."""
 COMM_KINDS: tuple[str, ...] = ("tp", "cp", "ep_a2a", "pp_p2p", "fsdp_ag", "fsdp_rs", "dp_grad", "dp_param_gather",
@@ -254,7 +257,10 @@ class StepModel:
                 ex_g, ex_s = self._group("expert_grad", f)
                 return (self._span_time(per * dense * 2.0, dp_g, dp_s)
                         + self._span_time(per * expert * 2.0, ex_g, ex_s))
-            vol = (expert if kind == "expert_grad" else dense) * 4.0
+            # gradients reduce-scattered with the distributed optimizer, all-reduced (twice the traffic) without it;
+            # its parameter all-gather moves what the reduce-scatter did
+            allreduce = np.where((f["use_distributed_optimizer"] == "True") | (kind == "dp_param_gather"), 1.0, 2.0)
+            vol = (expert if kind == "expert_grad" else dense) * 4.0 * allreduce
         return self._span_time(vol, group, stride)
 
     # ------------------------------------------------------------------ calibration lookups
@@ -493,6 +499,8 @@ class StepModel:
         rtotal = self._value(f"{kind}_total_s", near)
         rexposed = self._value(f"{kind}_exposed_s", near)
         rbusy = self._value("compute_s", near) + self._value("recompute_s", near)
+        if kind in POST_FLUSH:  # hidden under one micro-batch's pass, not the whole step's
+            busy, rbusy = busy / f["micro"], rbusy / mf["micro"][near]
         return np.where(present, self._exposed(total, busy, rtotal, rexposed, rbusy), 0.0)
 
     @staticmethod
