@@ -12,7 +12,8 @@ work on a shared machine takes from it is not counted), for
 - full projections in search mode (``fast_schedules=True``, no memory tree) of fixed-order schedules:
   cold (first points: pipeline plans compiled, layers priced), steady (new points after ``--warm`` others:
   a long search), plans warm (the same points again);
-- cost-aware schedules (ilp / greedy V) in search mode;
+- cost-aware schedules (ilp / greedy V) in search mode: random points, and consecutive points of a sweep
+  (space order), where solved orders are shared between configurations with proportional costs;
 - batch scoring (``project_many``) of a sweep: ``--n`` consecutive points in space order, as the exhaustive
   sweep and the branch-and-bound optimum score them, and of the steady sample.
 
@@ -75,6 +76,8 @@ def main() -> int:
     ap.add_argument("--warm", type=int, default=1500,
                     help="other random points projected (untimed) before the steady-state sample: a long search "
                          "has compiled the pipeline plan of every (schedule, pp, vpp, m) it meets (default 1500)")
+    ap.add_argument("--aware-sweep", type=int, default=60,
+                    help="cost-aware points of a sweep (space order) timed after the random ones (default 60)")
     ap.add_argument("--spaces", default="mixtral,deepseek", help="comma-separated prefixes of the spaces to run")
     ap.add_argument("--code", default=str(HERE.parent), help="source tree to import the oracle from (A/B runs)")
     ap.add_argument("--record", default=None, help="write the rates to this JSON file")
@@ -130,6 +133,11 @@ def main() -> int:
             rates["cost_aware"] = _rate(one, aware)
             _show("full, cost-aware schedules (ilp/greedy V)", rates["cost_aware"], ref.get("cost_aware"),
                   n=len(aware))
+            i = space.axes.index("pp_schedule")
+            near = [space.run_of(p) for p in pts[start:] if p[i] in COST_AWARE][:args.aware_sweep]
+            rates["cost_aware_sweep"] = _rate(one, near)
+            _show("full, cost-aware, consecutive points of a sweep", rates["cost_aware_sweep"],
+                  ref.get("cost_aware_sweep"), n=len(near))
         for r in warm:
             one(r)
         rates["steady"] = _rate(one, fresh)

@@ -5,9 +5,8 @@
 (:mod:`searchers.experiment`), so a derived search and the same search run from the written file are one
 search. What it fills in:
 
-- **space**: every default axis of :class:`~searchers.space.SearchSpace` around the baseline, minus the
-  cost-aware pipeline schedules (ILP: seconds per projection where the others take milliseconds, as every
-  bundled spec does); GBS and sequence length held; what the user ``--set`` pinned; the numerics
+- **space**: every default axis of :class:`~searchers.space.SearchSpace` around the baseline, the ILP schedule
+  included (a search projects it in search mode, tens of milliseconds); GBS and sequence length held; what the user ``--set`` pinned; the numerics
   (precision and FP8 recipe, FP8 activations, token dropping) held at the user's values unless ``allow``
   opens their group.
 - **baseline**: the first memory-legal point of the planner's walk (:func:`starting_point`): parallel
@@ -76,8 +75,8 @@ class Derived:
                 "# parallelism first, then the cheapest memory saver):",
                 f"#   {layout}, {savers}, MBS {t['mbs']}: {self.baseline_peak_bytes / GIB:,.1f} of "
                 f"{self.cap_bytes / GIB:,.1f} GiB per GPU (the walk's {self.tried} legal points before it do not fit).",
-                "# Space: every default axis; GBS and sequence length held; pp_schedule without the cost-aware",
-                "# schedules (ILP takes seconds per projection)" + (f"; held by --set: {pinned}" if pinned else "") + ".",
+                "# Space: every default axis; GBS and sequence length held; pp_schedule the default set, ILP",
+                "# included (search mode)" + (f"; held by --set: {pinned}" if pinned else "") + ".",
                 f"# Numerics are the user's: {numerics}",
                 f"#   opened (space.allow): {', '.join(allow)}." if allow else
                 "#   held; space.allow: [precision, token_drop, fp8_activations] would let the search change them.",
@@ -107,9 +106,9 @@ def _shown(v: Any) -> str:
 
 
 def default_schedules() -> list[str]:
-    """The pipeline schedules a derived space searches: the registered default ones that are not cost-aware."""
+    """The pipeline schedules a derived space searches: the registered default ones (ILP among them)."""
     from oracle.pipeline.schedules import SCHEDULES
-    return [n for n, s in SCHEDULES.items() if s.searched_by_default and not s.cost_aware]
+    return [n for n, s in SCHEDULES.items() if s.searched_by_default]
 
 
 def parse_allow(text: str | Sequence[str] | None) -> list[str]:

@@ -210,26 +210,72 @@ def _score_chunk(args: tuple[SearchSpace, Evaluator, Sequence[tuple]]) -> tuple[
     return best, best_p, fitting
 
 
-def _branch_and_bound(space: SearchSpace, evaluator: Evaluator,
-                      bound: Any) -> tuple[float | None, tuple | None, int, dict[str, Any]]:
-    """Exact best point of ``space``: memory-check every point, bound every fitting one
-    (``evaluator.throughput_bound``, provable), project them best bound first and stop at the first bound
-    below the best projected value (ties go to the first point in space order, as in the plain sweep)."""
+_BOUND_STATE: dict[str, Any] = {}
+"""What the forked bound workers read (the space, the evaluator): inherited through fork, never pickled."""
+PARALLEL_MIN_POINTS = 2000
+"""Fewest points a sweep splits over processes (below this the pool's start-up costs more than it saves)."""
+
+
+def cpu_jobs(jobs: int | None) -> int:
+    """``jobs`` processes, ``0``/None meaning every core this process may run on."""
+    if jobs:
+        return max(1, int(jobs))
+    import os
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _bound_range(rng: tuple[int, int]) -> tuple[list[tuple[float, int]], list[float]]:
+    """Memory check and throughput bound of points ``lo..hi-1`` of the space (in order): the candidates
+    ``(-bound, index)`` of the fitting ones and their finite bounds."""
+    space, evaluator, bound = _BOUND_STATE["space"], _BOUND_STATE["evaluator"], _BOUND_STATE["bound"]
     order = space.points
     cands: list[tuple[float, int]] = []
     finite: list[float] = []
-    for i, p in enumerate(order):
-        run = space.run_of(p)
+    for i in range(*rng):
+        run = space.run_of(order[i])
         if memory_result(evaluator, run, "") is not None:
             continue
         try:
             b = float(bound(run))
         except Exception as exc:  # noqa: BLE001 - no bound for this point: it must be projected
-            log.debug("no throughput bound for %s: %s", p, exc)
+            log.debug("no throughput bound for %s: %s", order[i], exc)
             b = math.inf
         if math.isfinite(b):
             finite.append(b)
         cands.append((-b, i))
+    return cands, finite
+
+
+def _branch_and_bound(space: SearchSpace, evaluator: Evaluator,
+                      bound: Any, jobs: int = 1) -> tuple[float | None, tuple | None, int, dict[str, Any]]:
+    """Exact best point of ``space``: memory-check every point, bound every fitting one
+    (``evaluator.throughput_bound``, provable), project them best bound first and stop at the first bound
+    below the best projected value (ties go to the first point in space order, as in the plain sweep).
+    ``jobs`` > 1: the memory checks and bounds (the bulk of the work) run in that many forked processes over
+    contiguous ranges of the points, concatenated in order, so the candidates, and the result, are the
+    same as in one process."""
+    order = space.points
+    n = len(order)
+    t0 = time.perf_counter()
+    _BOUND_STATE.update(space=space, evaluator=evaluator, bound=bound)
+    try:
+        if jobs > 1 and n >= PARALLEL_MIN_POINTS:
+            import concurrent.futures as cf
+            import multiprocessing as mp
+            k = jobs * 4  # a few ranges per process: ranges differ in cost (pp, shapes)
+            edges = [n * j // k for j in range(k + 1)]
+            with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+                parts = list(pool.map(_bound_range, zip(edges[:-1], edges[1:])))
+        else:
+            parts = [_bound_range((0, n))]
+    finally:
+        _BOUND_STATE.clear()
+    cands = [c for part, _ in parts for c in part]
+    finite = [b for _, part in parts for b in part]
+    t1 = time.perf_counter()
     cands.sort()
     best: float | None = None
     best_i: int | None = None
@@ -247,7 +293,8 @@ def _branch_and_bound(space: SearchSpace, evaluator: Evaluator,
                 continue
             if best is None or res.value > best or (res.value == best and best_i is not None and i < best_i):
                 best, best_i = res.value, i
-    extra = {"method": "branch-and-bound", "projected": projected,
+    extra = {"method": "branch-and-bound", "projected": projected, "jobs": jobs,
+             "phase_wall_s": {"memory_and_bounds": t1 - t0, "projections": time.perf_counter() - t1},
              "upper_bound_tokens_per_s_per_gpu": max(finite) if len(finite) == len(cands) and finite else None}
     return best, (order[best_i] if best_i is not None else None), len(cands), extra
 
@@ -257,7 +304,7 @@ def _costly_schedules() -> frozenset[str]:
     return frozenset(n for n, spec in SCHEDULES.items() if spec.cost_aware)
 
 
-def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int = 1,
+def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int | None = 0,
                        cache_dir: str | Path | None = None) -> dict[str, Any]:
     """Best memory-legal point of ``space`` by scoring every point (memory first, then throughput).
 
@@ -270,6 +317,8 @@ def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int = 
     Returns ``{"tokens_per_s_per_gpu", "config" (training section), "point", "space_size",
     "scored", "wall_s"}``; memoised per (space, oracle mode) within the process and, with
     ``cache_dir`` and the real oracle, on disk (keyed by the space and the oracle's code and data).
+    ``jobs``: processes for the memory checks and bounds (or the plain sweep); 0 or None = every core
+    (:func:`cpu_jobs`); the result does not depend on it.
     """
     import json
     mode = getattr(evaluator, "mode", "?")
@@ -291,10 +340,11 @@ def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int = 
         points = tuple(sorted(points, key=lambda p: p[i] in costly))
     extra: dict[str, Any] = {"method": "sweep"}
     bounded = getattr(evaluator, "throughput_bound", None)
-    if callable(bounded) and jobs <= 1:
-        best_b, best_pb, fitting_b, extra = _branch_and_bound(space, evaluator, bounded)
+    jobs = cpu_jobs(jobs)
+    if callable(bounded):
+        best_b, best_pb, fitting_b, extra = _branch_and_bound(space, evaluator, bounded, jobs)
         parts = [(best_b, best_pb, fitting_b)]
-    elif jobs > 1 and len(points) > 2000:
+    elif jobs > 1 and len(points) > PARALLEL_MIN_POINTS:
         import concurrent.futures as cf
         import multiprocessing as mp
         n = jobs * 8
@@ -339,7 +389,7 @@ def _median_or_none(values: Iterable[float | None]) -> float | None:
 
 def compare(experiment: Experiment | str | Path, budget: int = 30, seeds: int | Sequence[int] = 5,
             searchers: Sequence[str] | None = None, *, evaluator: Evaluator | None = None,
-            ledger_path: str | Path | None = None, jobs: int = 1,
+            ledger_path: str | Path | None = None, jobs: int | None = 0,
             options: dict[str, dict[str, Any]] | None = None,
             cache_dir: str | Path | None = None, optimum: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run every searcher on equal budgets over ``seeds`` and compare them with the exhaustive optimum.

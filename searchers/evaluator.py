@@ -92,12 +92,14 @@ def evaluator_version(evaluator: Any, run: RunConfig | None = None) -> str | Non
 class OracleEvaluator:
     """The real oracle: ``oracle.memory.project_memory`` and ``oracle.projector.project`` (lazy).
 
-    Searches never read the per-module memory tree, so it is not built. ``fast_schedules`` lets the
-    cost-aware schedules (ILP, greedy V orders) reuse orders solved on quantised costs (the oracle's
-    own speed/exactness trade; off by default).
+    Searches never read the per-module memory tree, so it is not built. ``fast_schedules`` (on: a search
+    is the oracle's search mode) lets the cost-aware schedules (ILP, greedy V orders) reuse orders solved on
+    quantised costs under the solver's search budget (``oracle.pipeline.schedules.ilp.SEARCH_BUDGET``); the
+    replay uses the exact costs and the result says the order was built from quantised ones. Fixed-order
+    schedules give the same projection either way.
     """
 
-    def __init__(self, mode: str = "simulate", *, fast_schedules: bool = False) -> None:
+    def __init__(self, mode: str = "simulate", *, fast_schedules: bool = True) -> None:
         self.mode = mode
         self.fast_schedules = fast_schedules
 
@@ -140,7 +142,7 @@ class OracleEvaluator:
         return oracle_fingerprint()
 
     def __repr__(self) -> str:
-        return f"OracleEvaluator(mode={self.mode!r})"
+        return f"OracleEvaluator(mode={self.mode!r}{'' if self.fast_schedules else ', fast_schedules=False'})"
 
 
 def _error_text(exc: BaseException) -> str:

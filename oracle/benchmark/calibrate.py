@@ -225,8 +225,9 @@ def _calibrate(*, base: str, name: str, world: int, threads: int | None, device:
         raise BenchmarkError(f"base profile {base} has no {md} peak (compute.peak_tflops has "
                              f"{', '.join(sorted(hw.peak_flops_per_s))}): cannot express {md} measurements on it")
     peaks = {p: v * peak_scale for p, v in hw.peak_flops_per_s.items()}
-    # a device without native bf16 trains in its native dtype: its bf16 rows describe that compute
-    substitute = md != "bf16" and choice.requested == "auto"
+    # calibrated in fp32 (a device without native bf16, or --dtype fp32): training there computes in fp32, so the
+    # profile's bf16 rows describe fp32 compute (benchmark mode's bf16/fp32 ratio on it is then 1)
+    substitute = md != "bf16"
     raised = k["gemm_flops"] > peaks[md]  # the base profile's peak is below what this machine does
     if raised:
         peaks[md] = k["gemm_flops"]
@@ -248,7 +249,8 @@ def _calibrate(*, base: str, name: str, world: int, threads: int | None, device:
                                  f"{hw.peak_flops_per_s[md] * peak_scale / 1e12:.4f} TFLOP/s is below what this machine ran")
     if substitute:
         sources["peak_bf16"] = (f"= the {md} peak: {choice.note()}; bf16 training on this device computes in {md} "
-                                f"(benchmark mode and the e2e trainer do), so its bf16 rows describe {md} compute")
+                                f"(benchmark mode and the e2e trainer do), so its bf16 rows describe {md} compute "
+                                f"(base profile bf16 peak {hw.peak_flops_per_s['bf16'] * peak_scale / 1e12:.4f} TFLOP/s)")
     sources["compute_dtype"] = choice.note()
     if cpu:
         data["compute"]["num_compute_units"] = threads

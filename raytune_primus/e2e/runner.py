@@ -122,7 +122,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
     import torch
 
     from oracle.benchmark.dtype import choose_dtype
-    from oracle.benchmark.source import BenchmarkSource
+    from oracle.benchmark.source import BenchmarkSource, dtype_speedup
     from oracle.benchmark.timing import pin_to_core
     from oracle.config import RunConfig
     from oracle.projector import project
@@ -185,6 +185,13 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
             f"{choice.dtype} GEMM {raw['kernels']['gemm_flops'] / 1e9:,.0f} GFLOP/s; {data['sources']['load']}")
     todo = jobs(profile, iterations=iterations, stat=stat, seq_len=seq_len, dtype=choice.dtype)
     runs = [RunConfig.from_dict(job.config) for job in todo]
+    reprice = dtype_speedup(runs[0], choice.dtype)
+    reprice_note = "" if reprice == 1.0 else (
+        f"profile {runs[0].cluster.hardware.name} prices bf16 at {reprice:.3g}x the {choice.dtype} rate the trainer "
+        f"computes in, so the projections re-price the measured layers and the trainer does not: calibrate the "
+        f"profile in {choice.dtype} (the default) for a like-for-like check")
+    if reprice_note:
+        log(f"warning: {reprice_note}")
     pairs: dict[str, list[dict[str, Any]]] = {job.name: [] for job in todo}
     spawn_s = SPAWN_GUESS_S
     round_s: list[float] = []
@@ -277,7 +284,7 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         ("PASS" if worst <= BAR_ERROR and same else "FAIL")
     out = {"runs": rows, "profile": profile, "calibration": calibration, "rounds": done_rounds,
            "rounds_asked": rounds, "rounds_note": stop, "statistic": stat,
-           "compute_dtype": choice.to_dict(),
+           "compute_dtype": choice.to_dict(), "profile_dtype_note": reprice_note,
            "pairing": "each run with the benchmark measured just before it, in the same round; the fastest quiet round",
            "benchmark_same_ranking": same,
            "simulate_same_ranking": _rank(meas) == _rank([r["simulate_projected"] for r in rows]),
@@ -305,6 +312,8 @@ def e2e_text(res: dict[str, Any]) -> str:
                  f"{'yes' if res['simulate_same_ranking'] else 'NO'}")
     if res.get("compute_dtype"):
         lines.append(f"dtype: {res['compute_dtype']['note']}")
+    if res.get("profile_dtype_note"):
+        lines.append(f"warning: {res['profile_dtype_note']}")
     load = res.get("load") or {}
     m = load.get("measured")
     if m:

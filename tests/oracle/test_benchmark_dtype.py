@@ -129,3 +129,15 @@ def test_calibrate_measures_in_the_native_dtype_and_says_what_bf16_means(monkeyp
         assert "fp32 matmul" in data["efficiency"]["gemm_bf16"]["source"]
     assert "timed in" in data["sources"]["compute_dtype"]
     assert "load" in data["sources"]
+
+
+def test_a_profile_calibrated_in_fp32_describes_fp32_training_even_when_forced(monkeypatch):
+    """e2e-cpu's trainer computes in the dtype it calibrated in: forced fp32 on a bf16 machine, the profile's bf16
+    peak is the fp32 one too, so benchmark mode re-prices nothing on it."""
+    _patch(monkeypatch, True, NATIVE)
+    monkeypatch.setattr(cal, "measure_kernels", lambda device, dtype: _fake_kernels(device, dtype))
+    data, raw = cal.calibrate(base="cpu-host", name="here", threads=1, device="cpu", dtype="fp32",
+                              monitor=LoadMonitor())
+    peaks = data["compute"]["peak_tflops"]
+    assert raw["kernels"]["dtype"] == "fp32" and peaks["bf16"] == peaks["fp32"]
+    assert "forced by --dtype fp32" in data["sources"]["peak_bf16"]

@@ -66,6 +66,22 @@ def test_branch_and_bound_on_the_real_oracle_equals_the_plain_sweep():
     assert fast["upper_bound_tokens_per_s_per_gpu"] >= fast["tokens_per_s_per_gpu"]
 
 
+def test_branch_and_bound_over_processes_equals_one_process(monkeypatch):
+    """The memory checks and bounds split over forked processes give the same candidates, optimum, tie
+    order and counts as one process."""
+    exp = load_experiment("tiny-moe-h100-8")
+    monkeypatch.setattr(driver, "PARALLEL_MIN_POINTS", 1)
+    keys = ("tokens_per_s_per_gpu", "point", "config", "scored", "projected", "upper_bound_tokens_per_s_per_gpu")
+    outs = []
+    for jobs in (1, 2, 0):
+        _OPTIMA.clear()
+        out = exhaustive_optimum(exp.space, driver.OracleEvaluator("simulate"), jobs=jobs)
+        outs.append({k: out[k] for k in keys})
+        assert out["jobs"] == driver.cpu_jobs(jobs)
+    _OPTIMA.clear()
+    assert outs[0] == outs[1] == outs[2]
+
+
 def test_optimum_is_cached_on_disk_by_space_and_oracle(tmp_path):
     exp = load_experiment("tiny-moe-h100-8")
     _OPTIMA.clear()
