@@ -8,8 +8,12 @@ are measured last, on the best seed point so far (a format's gain depends on the
 step, which the other moves change). When the baseline does not fit and the plan is used up, the
 unspent seed moves are planned around the best fitting point found (:meth:`SeedThenPropose._reanchor`).
 Phase 2 hands the shared history to the LLM proposer (:mod:`searchers.llm`) when an ``llm`` block is
-configured, else to the deterministic cross-axis proposer (:mod:`searchers.crossaxis`). :attr:`SeedThenPropose.proposer` always says
-which one ran (and whether the LLM fell back to the offline proposer).
+configured, else to an offline proposer (option ``offline``): by default the breakdown-guided one
+(:mod:`searchers.guided`), which takes over from the first trial the oracle scored with a time breakdown and
+orders every later trial itself (the seed planner's moves on the settings its step model cannot carry among
+them); ``offline: rounds`` keeps the seed plan and then runs the round-based cross-axis proposer
+(:mod:`searchers.crossaxis`), as does an oracle that returns no breakdown. :attr:`SeedThenPropose.proposer`
+always says which one ran (and whether the LLM fell back to the offline proposer).
 """
 from __future__ import annotations
 
