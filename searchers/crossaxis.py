@@ -54,7 +54,7 @@ from searchers.base import Candidate, TrialResult
 from searchers.history import Entry, History, diff
 from searchers.space import ORDINAL_AXES, PARALLEL_AXES, SearchSpace
 
-LABEL = "cross-axis rounds (offline)"
+LABEL = "cross-axis (offline)"
 _REPAIR_AXES = ("vpp", "pp_schedule", "mbs", "recompute_num_layers")
 _PIPELINE_SHAPE_AXES = ("pp", "mbs")
 """Axes that change the pipeline's depth or micro-batch count, after which every schedule/VPP is re-tried."""

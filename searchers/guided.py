@@ -28,7 +28,7 @@ from searchers.history import History, diff
 from searchers.space import STRUCTURE_AXES, SearchSpace
 from searchers.stepmodel import StepModel
 
-LABEL = "cross-axis (offline)"
+LABEL = "breakdown-guided (offline)"
 SAVER_AXES = frozenset({"fsdp", "use_distributed_optimizer"})
 """Memory savers outside the structure block that the model carries (ZeRO-1/3 change the data-parallel terms)."""
 PRIORS: dict[tuple[str, Any], tuple[str, float]] = {

@@ -457,13 +457,16 @@ class LLMProposer:
     def _switch_to_fallback(self, why: str) -> None:
         """The offline proposer finishes the budget (the round-based one given rounds enough to spend it)."""
         from searchers.seed_llm import offline_proposer
-        self.label = f"{self.base_label} -> cross-axis (offline) fallback"
-        self._event("llm_fallback", why)
+        # the breakdown-guided proposer needs a scored trial with a time breakdown; without one the round-based
+        # proposer finishes the budget (as seed_llm does offline)
+        kind = self.offline if any(e.result.breakdown for e in self.history.ok()) else "rounds"
         # with the search context, as the offline proposer has it: its free memory probes and layout
         # jumps need it (without it the fallback searched blind: docs/search.md, the LLM proposer on the suite)
-        self._fallback = offline_proposer(self.offline, self.space, self.history, self.context,
+        self._fallback = offline_proposer(kind, self.space, self.history, self.context,
                                           rounds=max(1, self._budget_left()), per_round=self.control.per_round,
                                           patience=self.control.patience)
+        self.label = f"{self.base_label} -> {self._fallback.label} fallback"
+        self._event("llm_fallback", why)
 
     def _end_round(self) -> None:
         """A round that scored no trial is a failed round, whatever the LLM answered."""

@@ -71,6 +71,15 @@ def test_without_breakdowns_the_seed_plan_and_the_round_based_proposer_run(small
     assert res.proposer_trials.get("seed-planner", 0) > 1
 
 
+def test_an_llm_that_cannot_answer_falls_back_to_the_guided_proposer(tiny_oracle, monkeypatch):
+    monkeypatch.delenv("PRIMUS_NO_SUCH_KEY", raising=False)
+    exp, ev = tiny_oracle
+    llm = {"model": "openai/x", "api_base": "http://127.0.0.1:9/v1", "api_key_env": "PRIMUS_NO_SUCH_KEY"}
+    res = driver.run_search(exp, "seed_llm", 16, 0, evaluator=ev, options={"llm": llm})
+    assert res.proposer.endswith(f"-> {GUIDED_LABEL} fallback")
+    assert res.trials == 16 and res.proposer_trials.get(GUIDED_LABEL, 0) > 0
+
+
 def test_unknown_offline_proposer_is_one_line(small):
     with pytest.raises(InvalidConfigError, match=r"offline='nope' .*valid: " + ", ".join(OFFLINE)):
         SeedThenPropose(small.space, offline="nope")
