@@ -317,9 +317,8 @@ def run_compare_command(args: argparse.Namespace, *, results: Path | None = None
 def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     """``compare --suite``: every searcher on every suite experiment; one table (or JSON with compare's keys
     per experiment). The optima come from the on-disk cache (searchers.suite.DEFAULT_OPTIMA_CACHE)."""
-    from searchers.suite import format_suite_table, run_suite
+    from searchers.suite import SUITES, format_suite_table, run_suite
 
-    from searchers.suite import SUITES
     if args.experiment:
         raise InvalidConfigError(f"--suite takes no experiment argument (got {args.experiment!r}); "
                                  f"use --experiments NAME... to choose a subset")

@@ -211,6 +211,7 @@ def test_cli_suite_json_on_a_tiny_subset(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv,msg", [
     (["compare", "--suite", "tiny-moe-h100-8"], "takes no experiment"),
+    (["compare", "--suite", "nope"], "takes a suite name (bundled, generalise), not 'nope'"),
     (["compare", "--experiments", "tiny-moe-h100-8"], "only applies with --suite"),
     (["compare"], "needs an experiment"),
     (["compare", "--suite", "--experiments", "nope", "--driver", "inprocess"], "unknown experiment"),
