@@ -227,7 +227,11 @@ def test_seed_llm_behind_a_memory_wall_spends_no_seed_trial_on_rejections():
     exp = load_experiment("llama3.1-405b-h100-512")
     res = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"))
     assert res.prefilter_rejections == 1  # the baseline itself, always tried
-    assert res.proposer_stats["seed_memory_skips"] > 0
+    # the guided proposer takes over at the first fitting point and probes every candidate before its trial
+    assert res.proposer_stats["probes"] > 0 and res.proposer_trials["seed-planner"] >= 2
     assert res.best_tokens_per_s_per_gpu is not None
+    rounds = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"),
+                               options={"offline": "rounds"})
+    assert rounds.prefilter_rejections == 1 and rounds.proposer_stats["seed_memory_skips"] > 0
     again = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"))
     assert again.best_so_far == res.best_so_far and again.best_key == res.best_key  # deterministic
