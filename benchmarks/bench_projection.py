@@ -8,7 +8,8 @@ Rates are projections per CPU second of this process (``time.process_time``: one
 work on a shared machine takes from it is not counted), for
 
 - enumeration of the space's legal points (seconds);
-- the memory-only pre-filter (``OracleEvaluator.memory``, what a search's pre-filter runs);
+- the memory-only pre-filter (``OracleEvaluator.memory``, what a search's pre-filter runs), one by one and as a
+  batch (``OracleEvaluator.memory_peaks``: numpy over the configurations, what sweeps and the branch and bound run);
 - full projections in search mode (``fast_schedules=True``, no memory tree) of fixed-order schedules:
   cold (first points: pipeline plans compiled, layers priced), steady (new points after ``--warm`` others:
   a long search), plans warm (the same points again);
@@ -128,6 +129,14 @@ def main() -> int:
         rates["prefilter_warm"] = _rate(ev.memory, fresh)
         _show("memory-only pre-filter (other points, shapes known)", rates["prefilter_warm"],
               ref.get("prefilter_warm"), n=len(fresh))
+        if hasattr(ev, "memory_peaks"):  # the batch pre-filter (numpy over the configurations)
+            many = [space.run_of(p) for p in random.Random(args.seed + 1).sample(pts, min(10 * args.n, len(pts)))]
+            rates["prefilter_batch"] = _batch_rate(ev.memory_peaks, many)
+            _show("memory-only pre-filter, batch (memory_peaks), new points", rates["prefilter_batch"],
+                  ref.get("prefilter_batch"), n=len(many))
+            rates["prefilter_batch_again"] = _batch_rate(ev.memory_peaks, many)
+            _show("memory-only pre-filter, batch, the same points again", rates["prefilter_batch_again"],
+                  ref.get("prefilter_batch_again"), n=len(many))
 
         def one(r):
             return project(r, fast_schedules=True, memory_tree=False)

@@ -368,6 +368,23 @@ STACK_PARAMS = ("host_op_s", "moe_sync_stall_s")
 MoE path, not the GPU): the issue time per framework op, and the device idle per dispatcher sync."""
 
 
+def log_bounds(name: str) -> tuple[float, float]:
+    """Bounds of a fitted log-multiplier: an efficiency (a fraction of peak) moves x0.22..x2.7; a per-kernel
+    overhead or the short-reduction constant x0.05..x20; a host-stack cost x0.007..x150, since the priors are
+    single-op microbenchmarks (an eager op's issue time, one stream sync) and what a framework's MoE path pays
+    per op and per sync (Python per module, the cross-rank wait behind a count exchange) is not one op."""
+    if name in STACK_PARAMS:
+        return -5.0, 5.0
+    if name in ("grouped_gemm_overhead_s", "gemm_k_half"):
+        return -3.0, 3.0
+    return -1.5, 1.0
+
+
+def _stack_value(hw, name: str, x: float) -> str:
+    """A fitted host-stack parameter (seconds) in us."""
+    return f"{_gen_eff(hw, [name], [x])[name] * 1e6:.1f} us"
+
+
 def _synced_moe(r: FitRow) -> bool:
     return r.run.model.is_moe and r.run.training.ep > 1 and r.run.training.moe_host_sync
 
@@ -455,9 +472,8 @@ def fit_all(rows: list[FitRow]) -> dict[str, dict]:
             x[i] = lg
             starts.append((float(np.sum(resid(x) ** 2)), x))
         x0 = min(starts, key=lambda t: t[0])[1]
-    wide = (*STACK_PARAMS, "grouped_gemm_overhead_s", "gemm_k_half")  # not fractions of peak: a wider range
-    lo = [-1.5 if n not in wide else -3.0 for _, n in cols]
-    hi = [1.0 if n not in wide else 3.0 for _, n in cols]
+    lo = [log_bounds(n)[0] for _, n in cols]
+    hi = [log_bounds(n)[1] for _, n in cols]
     sd = np.array([PRIOR_SD[n] for _, n in cols])
     sol = least_squares(lambda x: np.concatenate([_robust(resid(x) / ROW_SD), x / sd]), x0, bounds=(lo, hi),
                         diff_step=1e-3, jac_sparsity=sparsity)
@@ -554,8 +570,8 @@ def joint(paths: list[str], quals: set[str], write: bool, held_out: bool) -> int
             print(f"== generation {gen}: no rows; its profiles keep their sourced priors{shared}")
             continue
         fit = fits[gen]
-        params = ", ".join(f"{n} " + (f"{math.exp(v) * getattr(rs[0].run.cluster.hardware.efficiency, n) * 1e6:.1f} us"
-                                      if n in STACK_PARAMS else f"x{math.exp(v):.3f}") for n, v in zip(fit["names"], fit["x"]))
+        params = ", ".join(f"{n} {_stack_value(rs[0].run.cluster.hardware, n, v)}" if n in STACK_PARAMS
+                           else f"{n} x{math.exp(v):.3f}" for n, v in zip(fit["names"], fit["x"]))
         print(f"== generation {gen}: {len(rs)} rows, models {', '.join(sorted({r.model for r in rs}))}; {params}")
         for r, b, a in zip(rs, fit["before"], fit["after"]):
             print(f"   {r.id:48s} before {100 * (math.exp(b) - 1):+6.1f}%   after {100 * (math.exp(a) - 1):+6.1f}%")

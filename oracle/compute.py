@@ -196,6 +196,21 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
                    host_b=host_b, replay_f=replay_f)
 
 
+_EDGE_OPS = {"embedding": embedding_ops, "output": output_ops}
+
+
+@lru_cache(maxsize=4096)
+def _edge_sums(hw, card, shapes: Shapes, which: str, *args) -> tuple[list[Op], float, float, float]:
+    """(ops, forward, input-gradient, weight-gradient device seconds) of the embedding's or output's op graph
+    (``LayerModel._dev`` without the unfused gradient accumulation, which the caller adds)."""
+    ops = _EDGE_OPS[which](card, shapes, *args)
+    f = b = w = 0.0
+    for op in ops:
+        a, bb, c = price_op(hw, op)
+        f, b, w = f + a, b + bb, w + c
+    return ops, f, b, w
+
+
 def _run_ahead_idle(host_f: float, dev_f: float, host_b: float, dev_b: float) -> tuple[float, float]:
     """(forward, backward) device idle of a layer whose host issue runs ahead of the device across both passes:
     the total is max(0, host - device) over the two; it is split by each pass's own host excess."""
@@ -445,12 +460,23 @@ class LayerModel:
             f, b, w = f + a, b + bb, w + c
         return f, b, w + self.grad_accumulate_s(ops)
 
+    def _dev_of(self, which: str, *args) -> tuple[float, float, float]:
+        """``_dev`` of the embedding's or the output's ops, priced once per (part, card, shapes, args) when the
+        ops are priced analytically (``price`` not overridden): they depend on nothing else of the run."""
+        if type(self).price is LayerModel.price:
+            try:
+                ops, f, b, w = _edge_sums(self.hw, self.m, self.shapes, which, *args)
+            except TypeError:  # an unhashable card: priced uncached
+                ops, f, b, w = _edge_sums.__wrapped__(self.hw, self.m, self.shapes, which, *args)
+            return f, b, w + self.grad_accumulate_s(ops)
+        return self._dev(_EDGE_OPS[which](self.m, self.shapes, *args))
+
     def embedding(self) -> tuple[float, float]:
         """Embedding lookup forward (gather + write) and backward (scatter-add into fp32 grad)."""
-        f, b, _ = self._dev(embedding_ops(self.m, self.shapes))
+        f, b, _ = self._dev_of("embedding")
         return f, b
 
     def output(self) -> tuple[float, float, float]:
         """Final norm + output projection + cross-entropy: (f, b, w). Logits GEMM runs in bf16."""
         v = self.m.padded_vocab(self.t.tp) // self.t.tp
-        return self._dev(output_ops(self.m, self.shapes, v, self.t.loss_fusion))
+        return self._dev_of("output", v, self.t.loss_fusion)

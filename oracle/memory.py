@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from oracle.activations import (BF16, DEFAULT, DEFAULT_SELECTIVE, FP32, Block, Blocks, MemoryAssumptions, Shape,
                                 blocks, layer_activation_bytes, shape_of)
@@ -132,20 +135,8 @@ def rank_param_counts(run: RunConfig, rank: int) -> tuple[float, float]:
     TP/EP-sharded, before distributed-optimizer / FSDP sharding (the data-parallel sync sizes)."""
     if not 0 <= rank < run.training.pp:
         raise InvalidConfigError(f"rank={rank} must be in 0..pp-1 = 0..{run.training.pp - 1}")
-    b = blocks(run.model, shape_of(run))
-    dense = expert = 0.0
-    for ch in _plans(run)[rank]:
-        for kind, _, n in ch.layers:
-            dense += n * b.layer(kind).params_dense
-            expert += n * b.layer(kind).params_expert
-        if ch.has_embedding:
-            dense += b.embedding.params_dense
-        if ch.has_output:
-            dense += _head(b, run, ch).params_dense
-        if ch.mtp and b.mtp is not None and b.mtp_head is not None:  # all MTP modules sit on one chunk
-            dense += b.mtp.params_dense + b.mtp_head.params_dense + _extra_embedding_params(b, run, ch)
-            expert += b.mtp.params_expert
-    return dense, expert
+    sums = _rank_sums(run, shape_of(run), DEFAULT)[rank]  # the memory projection's own sums (cached)
+    return sums.p_dense, sums.p_exp
 
 
 def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT
@@ -181,41 +172,72 @@ _SHARES: dict[tuple, tuple[tuple[float, ...], ...]] = {}
 
 
 # ---------------------------------------------------------------------------------- projection
-def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
-                   assumptions: MemoryAssumptions = DEFAULT, trees: str = "worst") -> MemoryBreakdown:
-    """Per-GPU memory of every pipeline rank of ``run``.
+class _Rank(NamedTuple):
+    """What the memory of one pipeline rank sums over its chunks and depends on only the run's placement, shape
+    and policies (cached on them, see :func:`_rank_sums`), each summed in the rank's chunk order."""
 
-    ``in_flight[rank]`` overrides the schedule's closed-form in-flight micro-batch count (units of the
-    rank's full per-micro-batch activation), e.g. with the pipeline simulator's exact peaks.
-    ``trees``: 'worst' attaches the module tree to the worst rank only, 'all' to every rank, 'none'.
-    """
-    if trees not in ("worst", "all", "none"):
-        raise InvalidConfigError(f"trees={trees!r} must be 'worst', 'all' or 'none'")
+    p_dense: float
+    """Non-expert parameters (layers, embedding, output, MTP modules and their weight copies)."""
+    p_exp: float
+    """Routed-expert parameters."""
+    gemm: float
+    """The decoder layers' (and MTP modules') GEMM weights: the FP8/FP4 weight caches' size."""
+    layer_act: float
+    """Saved activations of one micro-batch of the rank's layers (and a standalone MTP stage; less CPU-offloaded
+    layers), multiplied by the in-flight micro-batches."""
+    largest_unit: float
+    """Parameters of the largest unit FSDP gathers at once (layer, embedding, head, MTP module)."""
+    remat: float
+    """One layer's recomputed tensors re-materialised during its backward (0: nothing recomputed)."""
+    graph_regions: int
+    """CUDA-graph regions of the rank's layers (0 under a whole-iteration graph or none)."""
+    emb_act: float
+    """The embedding's saved activation (0 where the rank holds no embedding)."""
+    head_act: float
+    """The output layer's saved activation (0 where the rank holds no output layer)."""
+    mtp_act: float
+    """MTP modules with the loss: their saved activation, held like the loss's (0 elsewhere)."""
+    opt_bytes: float
+    """Optimizer-state bytes per parameter of the rank's shard (Muon's share of 2-D weights)."""
+    has_emb: bool
+    """The rank holds the embedding."""
+    has_moe: bool
+    """The rank holds MoE layers (it allocates the token-dispatch buffers)."""
+    loss: tuple[tuple[float, bool], ...]
+    """(bytes, present) of the unfused loss's fp32 softmax of each chunk with heads, in chunk order."""
+
+
+N_NUMERIC = 11
+"""The first fields of ``_Rank`` are its floats (what the batch stacks into arrays)."""
+
+
+_RankSums = tuple[_Rank, ...]
+"""One :class:`_Rank` per pipeline rank."""
+
+
+_SUMS: dict[tuple, _RankSums] = {}
+
+
+def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _RankSums:
+    """The per-rank sums of ``run`` (cached on everything they read: placement, shape, recompute policies, and
+    the loss, offloading, CUDA-graph and optimizer settings)."""
     t, card = run.training, run.model
-    grad_bytes = BYTES_GRAD if t.grad_reduce_in_fp32 else BYTES_GRAD_BF16
-    fp8_copy = 1.0 + (1.0 / 32 if t.fp8_recipe == "mxfp8" else 0.0)  # an FP8 weight copy (+ MXFP8's scale per 32)
-    lay = Layout(run)
-    pp, vpp, sched = t.pp, t.vpp, t.schedule
-    m = max(1, lay.num_microbatches)
-    if in_flight is not None and (len(in_flight) != pp or any(x < 0 for x in in_flight)):
-        raise InvalidConfigError(f"in_flight={list(in_flight)!r} must hold {pp} non-negative values (one per pipeline rank)")
-    s = shape_of(run, assumptions)
-    b = blocks(card, s)
-    plans = _plans(run)
-    d_dense = lay.dp * t.cp  # non-expert optimizer/FSDP shard group: dp x cp
-    d_exp = lay.edp  # expert params: expert data parallel
     mtp_pol, mods = _mtp_policy(run), _modules(run)
-    other_common = _moe_buffers(run, s, lay, assumptions)
-    stages = []
-    for r, chunks in enumerate(plans):
-        f_closed = in_flight_microbatches(sched, pp, vpp, m, r)
-        f = float(in_flight[r]) if in_flight is not None else f_closed
-        p_dense = p_exp = gemm = layer_act = edge_act = 0.0
+    key = (placement_key(run), s, mtp_pol, mods, t.loss_fusion, t.cpu_offloading, t.cpu_offloading_num_layers,
+           layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t), t.optimizer, t.op_level_sac)
+    hit = _SUMS.get(key)
+    if hit is not None:
+        return hit
+    b = blocks(card, s)
+    no_graphs = full_iteration(t)
+    ranks = []
+    for chunks in _plans(run):
+        p_dense = p_exp = gemm = layer_act = emb_act = head_act = mtp_edge = 0.0
         remat = 0.0  # one layer's recomputed tensors re-materialised during its backward
         largest_unit = 0.0  # FSDP gathers one layer / embedding / head at a time
         graph_regions = 0  # CUDA-graph regions of the rank's layers (static input/output buffers each)
-        has_moe = False
-        other: list[tuple[str, float]] = []
+        has_moe = has_emb = False
+        loss: list[float] = []
         for ch in chunks:
             for kind, pol, n in ch.layers:
                 lb = b.layer(kind)
@@ -231,14 +253,12 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
             if ch.has_embedding:
                 e = b.embedding
                 p_dense += e.params_dense
-                scale = f / f_closed if f_closed else 1.0
-                edge_act += _embedding_in_flight(sched, pp, vpp, m) * scale * e.act_none
+                emb_act, has_emb = e.act_none, True
                 largest_unit = max(largest_unit, e.params)
-            out_mult = min(1.0, f) if in_flight is not None else 1.0  # F then B right away
             if ch.has_output:
                 hd = _head(b, run, ch)
                 p_dense += hd.params_dense
-                edge_act += out_mult * hd.act_none
+                head_act = hd.act_none
                 largest_unit = max(largest_unit, hd.params)
             if ch.mtp and b.mtp is not None and b.mtp_head is not None:  # all MTP modules sit on one chunk
                 extra = _extra_embedding_params(b, run, ch)
@@ -247,7 +267,7 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                 gemm += b.mtp.gemm_params
                 mtp_act = b.mtp.act(mtp_pol, mods) + b.mtp_head.act_none
                 if ch.has_output:  # with the loss: its backward starts right after its forward
-                    edge_act += out_mult * mtp_act
+                    mtp_edge = mtp_act
                 else:  # a stage of its own (layout string): held like a layer until the loss's gradient returns
                     layer_act += mtp_act
                 has_moe |= card.is_moe
@@ -258,49 +278,223 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
             if heads and not t.loss_fusion and assumptions.loss_fp32_scratch:
                 # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
                 v_r = card.padded_vocab(t.tp) / t.tp
-                other.append(("loss_fp32_softmax", heads * s.tokens * v_r * FP32))
+                loss.append(heads * s.tokens * v_r * FP32)
         if t.cpu_offloading and t.cpu_offloading_num_layers:
             # the offloaded layers' saved activations live in host memory; one layer's worth stays as the
             # staging buffer its copy runs through (Megatron-Core's double-buffered offload handler)
             n_layers = sum(n for ch in chunks for _, _, n in ch.layers)
             per_layer = layer_act / n_layers if n_layers else 0.0
             layer_act -= max(0, min(t.cpu_offloading_num_layers, n_layers) - 1) * per_layer
-        if remat:
-            other.append(("recompute_buffer", remat))
-        if graph_regions and not full_iteration(t):
-            # layer graphs: static buffers per region and micro-batch in flight (oracle.cuda_graphs); a whole-
-            # iteration graph allocates in one pool what the eager run allocates
-            other.append(("cuda_graph_buffers", STATIC_BUFFERS_PER_REGION * graph_regions * max(1.0, f)
-                          * s.seq_tokens * card.hidden_size * BF16))
-        if t.fsdp:
-            per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
-            per += grad_bytes if assumptions.fsdp_unsharded_grad else 0
-            other.append(("fsdp_unsharded_units", largest_unit * per))
-        elif t.precision == "fp8" and t.fp8_param_gather:
-            # FP8 parameters: the row-wise FP8 data replaces the BF16 weight (params below), the
-            # column-wise copy stays (Megatron --fp8-param-gather with Transformer Engine FP8 tensors)
-            other.append(("fp8_weight_cache", fp8_copy * gemm))
-        elif t.precision == "fp8" and assumptions.fp8_weight_cache:
-            other.append(("fp8_weight_cache", 2 * fp8_copy * gemm))  # row-wise + column-wise FP8 copies
-        elif t.precision == "nvfp4" and assumptions.fp8_weight_cache:
-            # row-wise + column-wise NVFP4 copies: 0.5 B per value + one fp8 scale per 16 values each
-            other.append(("fp4_weight_cache", 2 * gemm * (0.5 + 1 / 16)))
-        if has_moe:
-            other += other_common
-        if t.fsdp:
-            w_dense, w_exp = p_dense / d_dense, p_exp / d_exp
-        else:
-            w_dense, w_exp = p_dense, p_exp
-        opt_sharded = t.fsdp or t.use_distributed_optimizer
-        o_dense = p_dense / d_dense if opt_sharded else p_dense
-        o_exp = p_exp / d_exp if opt_sharded else p_exp
         # Muon: the layers' GEMM weights (2-D) keep master + momentum, the rest AdamW's three fp32 values
         opt_bytes = state_bytes_per_param(t.optimizer, min(1.0, gemm / (p_dense + p_exp)) if p_dense + p_exp else 0.0)
+        ranks.append(_Rank(p_dense, p_exp, gemm, layer_act, largest_unit, remat, 0 if no_graphs else graph_regions,
+                           emb_act, head_act, mtp_edge, opt_bytes, has_emb, has_moe, tuple((x, True) for x in loss)))
+    hit = tuple(ranks)
+    if len(_SUMS) > 4096:
+        _SUMS.clear()
+    _SUMS[key] = hit
+    return hit
+
+
+_IN_FLIGHT: dict[tuple, tuple[tuple[float, ...], float]] = {}
+
+
+def _closed_in_flight(sched: str, pp: int, vpp: int, m: int) -> tuple[tuple[float, ...], float]:
+    """(per rank, the schedule's closed-form in-flight micro-batches; the embedding's on rank 0), cached."""
+    key = (sched, pp, vpp, m)
+    hit = _IN_FLIGHT.get(key)
+    if hit is None:
+        if len(_IN_FLIGHT) > 65536:
+            _IN_FLIGHT.clear()
+        hit = _IN_FLIGHT[key] = (tuple(in_flight_microbatches(sched, pp, vpp, m, r) for r in range(pp)),
+                                 _embedding_in_flight(sched, pp, vpp, m))
+    return hit
+
+
+class _RunValues(NamedTuple):
+    """What the memory formula reads of a run besides its per-rank sums."""
+
+    emb_if: float
+    """The embedding's closed-form in-flight micro-batches (rank 0)."""
+    d_dense: int
+    """Non-expert optimizer/FSDP shard group: dp x cp."""
+    d_exp: int
+    """Expert parameters' shard group: expert data parallel."""
+    grad_b: int
+    """Bytes per gradient value."""
+    fsdp: bool
+    opt_sharded: bool
+    """FSDP or the distributed optimizer."""
+    fp8pg: bool
+    """fp8_param_gather."""
+    cache_coef: float
+    """Weight-cache bytes per GEMM weight (FP8/FP4 copies), 0 without one."""
+    fsdp_per: float
+    """FSDP: bytes per parameter of the gathered units."""
+    seq: float
+    """Tokens per micro-batch in sequence-parallel regions."""
+    hidden: int
+    moe_b: float
+    """The MoE token-dispatch buffers' bytes (0: none)."""
+    moe_has: bool
+    """The run has MoE dispatch buffers."""
+    cached: bool
+    """The run keeps a weight cache or FSDP gathered units (an ``other`` part)."""
+    cache_name: str
+    """That part's name ('' when none)."""
+    moe_name: str
+    """The MoE buffers' part name ('' when none)."""
+
+
+_RUN_FIELDS = _RunValues._fields[:13]
+"""The numeric fields (what the batch stacks into arrays)."""
+
+
+def _run_terms(run: RunConfig, assumptions: MemoryAssumptions
+               ) -> tuple[_RankSums, tuple[float, ...], _RunValues]:
+    """What the memory formula reads of one run: its per-rank sums, the closed-form in-flight counts per rank,
+    and its other values."""
+    t, card = run.training, run.model
+    lay = Layout(run)
+    s = shape_of(run, assumptions)
+    sums = _rank_sums(run, s, assumptions)
+    f_closed, emb_if = _closed_in_flight(t.schedule, t.pp, t.vpp, max(1, lay.num_microbatches))
+    grad_b = BYTES_GRAD if t.grad_reduce_in_fp32 else BYTES_GRAD_BF16
+    fp8_copy = 1.0 + (1.0 / 32 if t.fp8_recipe == "mxfp8" else 0.0)  # an FP8 weight copy (+ MXFP8's scale per 32)
+    name, coef, per = "", 0.0, 0
+    if t.fsdp:
+        per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
+        per += grad_b if assumptions.fsdp_unsharded_grad else 0
+        name = "fsdp_unsharded_units"
+    elif t.precision == "fp8" and t.fp8_param_gather:
+        # FP8 parameters: the row-wise FP8 data replaces the BF16 weight (params below), the
+        # column-wise copy stays (Megatron --fp8-param-gather with Transformer Engine FP8 tensors)
+        name, coef = "fp8_weight_cache", fp8_copy
+    elif t.precision == "fp8" and assumptions.fp8_weight_cache:
+        name, coef = "fp8_weight_cache", 2 * fp8_copy  # row-wise + column-wise FP8 copies
+    elif t.precision == "nvfp4" and assumptions.fp8_weight_cache:
+        # row-wise + column-wise NVFP4 copies: 0.5 B per value + one fp8 scale per 16 values each
+        # (2 x gemm x 0.5625 == 1.125 x gemm exactly: a power-of-two factor moved)
+        name, coef = "fp4_weight_cache", 2 * (0.5 + 1 / 16)
+    common = _moe_buffers(run, s, lay, assumptions)
+    values = (emb_if, lay.dp * t.cp,  # non-expert optimizer/FSDP shard group: dp x cp
+              lay.edp,  # expert params: expert data parallel
+              grad_b, t.fsdp, t.fsdp or t.use_distributed_optimizer, t.fp8_param_gather, coef, per,
+              s.seq_tokens, card.hidden_size, common[0][1] if common else 0.0, bool(common))
+    return sums, f_closed, _RunValues(*values, bool(name), name, common[0][0] if common else "")
+
+
+class _Scalar:
+    """Elementwise choices on Python floats (one rank of one run)."""
+
+    @staticmethod
+    def where(c, a, b):
+        return a if c else b
+
+    minimum = staticmethod(min)
+    maximum = staticmethod(max)
+
+
+def _stage_formula(xp, S, R, f, f_closed, given: bool):
+    """The memory of a pipeline rank: ``S`` its per-rank sums (``_RankSums`` fields), ``R`` its run's values
+    (``_RUN_FIELDS``), ``f`` / ``f_closed`` its in-flight micro-batches (given, closed form). Python floats (``xp``
+    = ``_Scalar``: one rank) or numpy arrays over (runs, ranks) (``xp`` = numpy): the same operations in the same
+    order, so the same bits. Returns (params, grads, optimizer, activations, [(part, bytes, present)])."""
+    # the embedding's in-flight count follows the simulator's rank-0 peak in proportion
+    scale = xp.where(f_closed != 0, f / xp.where(f_closed != 0, f_closed, 1.0), 1.0) if given else 1.0
+    out_mult = xp.minimum(1.0, f) if given else 1.0  # F then B right away
+    edge = xp.where(S.has_emb, R.emb_if * scale, 0.0) * S.emb_act + out_mult * S.head_act + out_mult * S.mtp_act
+    w_dense = xp.where(R.fsdp, S.p_dense / R.d_dense, S.p_dense)
+    w_exp = xp.where(R.fsdp, S.p_exp / R.d_exp, S.p_exp)
+    o_dense = xp.where(R.opt_sharded, S.p_dense / R.d_dense, S.p_dense)
+    o_exp = xp.where(R.opt_sharded, S.p_exp / R.d_exp, S.p_exp)
+    params = BYTES_WEIGHT * (w_dense + w_exp) - xp.where(R.fp8pg, S.gemm, 0.0)
+    grads = R.grad_b * (w_dense + w_exp)
+    optimizer = S.opt_bytes * (o_dense + o_exp)
+    activations = f * S.layer_act + edge
+    other = [("loss_fp32_softmax", x, x_in) for x, x_in in S.loss]
+    other.append(("recompute_buffer", S.remat, S.remat != 0))
+    # layer graphs: static buffers per region and micro-batch in flight (oracle.cuda_graphs); a whole-iteration
+    # graph allocates in one pool what the eager run allocates (no regions counted)
+    other.append(("cuda_graph_buffers", STATIC_BUFFERS_PER_REGION * S.graph_regions * xp.maximum(1.0, f) * R.seq
+                  * R.hidden * BF16, S.graph_regions != 0))
+    other.append((R.cache_name, xp.where(R.cached, xp.where(R.fsdp, S.largest_unit * R.fsdp_per,
+                                                              R.cache_coef * S.gemm), 0.0), R.cached))
+    moe_in = S.has_moe & R.moe_has
+    other.append((R.moe_name, xp.where(moe_in, R.moe_b, 0.0), moe_in))
+    return params, grads, optimizer, activations, other
+
+
+class _NS:
+    """Attribute access over a dict (the formula's inputs)."""
+
+    def __init__(self, d: dict) -> None:
+        self.__dict__.update(d)
+
+
+def memory_peaks(runs: Sequence[RunConfig], *, assumptions: MemoryAssumptions = DEFAULT
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(peak bytes, cap bytes) per run of ``runs``: ``project_memory(run, trees='none')``'s ``peak_bytes`` and
+    ``cap_bytes`` of each, bit for bit (the same ``_stage_formula``), computed for the runs of one pp at once with
+    numpy over (runs, ranks): the pre-filter of a batch of configurations."""
+    peaks = np.empty(len(runs))
+    caps = np.array([r.cluster.memory_cap_bytes for r in runs], dtype=np.float64)
+    by_pp: dict[int, list[int]] = {}
+    for i, r in enumerate(runs):
+        by_pp.setdefault(r.training.pp, []).append(i)
+    for idx in by_pp.values():
+        terms = [_run_terms(runs[i], assumptions) for i in idx]
+        sums = [x[0] for x in terms]
+        rows = np.array([[rk[:N_NUMERIC] for rk in x] for x in sums], dtype=np.float64)  # (n, pp, fields)
+        S = {k: rows[:, :, j] for j, k in enumerate(_Rank._fields[:N_NUMERIC])}
+        S["has_emb"] = np.array([[rk.has_emb for rk in x] for x in sums], dtype=bool)
+        vals = np.array([x[2][:len(_RUN_FIELDS)] for x in terms], dtype=np.float64)  # (n, fields)
+        R = {k: vals[:, j:j + 1] for j, k in enumerate(_RUN_FIELDS)}
+        for k in ("fsdp", "opt_sharded", "fp8pg", "moe_has"):
+            R[k] = R[k] != 0
+        R["cached"] = np.array([[x[2].cached] for x in terms])
+        R["cache_name"], R["moe_name"] = "weight_cache", "moe_buffers"  # per run: the names only label parts
+        S["has_moe"] = np.array([[rk.has_moe for rk in x] for x in sums], dtype=bool)
+        k_loss = max(len(rk.loss) for x in sums for rk in x)
+        S["loss"] = [(np.array([[rk.loss[j][0] if j < len(rk.loss) else 0.0 for rk in x] for x in sums]),
+                      np.array([[j < len(rk.loss) for rk in x] for x in sums])) for j in range(k_loss)]
+        f = np.array([x[1] for x in terms], dtype=np.float64)
+        params, grads, optimizer, activations, other = _stage_formula(np, _NS(S), _NS(R), f, f, False)
+        total = params + grads + optimizer + activations
+        if other:
+            o = other[0][1]
+            for _, v, _ in other[1:]:  # StageMemory.other_bytes: the present parts summed in order (absent: 0)
+                o = o + v
+            total = total + o
+        peaks[idx] = total.max(axis=1)
+    return peaks, caps
+
+
+def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
+                   assumptions: MemoryAssumptions = DEFAULT, trees: str = "worst") -> MemoryBreakdown:
+    """Per-GPU memory of every pipeline rank of ``run``.
+
+    ``in_flight[rank]`` overrides the schedule's closed-form in-flight micro-batch count (units of the
+    rank's full per-micro-batch activation), e.g. with the pipeline simulator's exact peaks.
+    ``trees``: 'worst' attaches the module tree to the worst rank only, 'all' to every rank, 'none'.
+    Each rank is :func:`_stage_formula` on floats, the formula :func:`memory_peaks` runs over arrays.
+    """
+    if trees not in ("worst", "all", "none"):
+        raise InvalidConfigError(f"trees={trees!r} must be 'worst', 'all' or 'none'")
+    pp = run.training.pp
+    if in_flight is not None and (len(in_flight) != pp or any(x < 0 for x in in_flight)):
+        raise InvalidConfigError(f"in_flight={list(in_flight)!r} must hold {pp} non-negative values (one per pipeline rank)")
+    sums, f_closed, R = _run_terms(run, assumptions)
+    stages = []
+    for r in range(pp):
+        S = sums[r]
+        fc = f_closed[r]
+        f = float(in_flight[r]) if in_flight is not None else fc
+        params, grads, opt, act, parts = _stage_formula(_Scalar, S, R, f, fc, in_flight is not None)
+        other = tuple([(name, v) for name, v, present in parts if present])
         stages.append(StageMemory(
-            rank=r, params_bytes=BYTES_WEIGHT * (w_dense + w_exp) - (gemm if t.fp8_param_gather else 0.0),
-            grads_bytes=grad_bytes * (w_dense + w_exp),
-            optimizer_bytes=opt_bytes * (o_dense + o_exp), activations_bytes=f * layer_act + edge_act,
-            other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=tuple(other)))
+            rank=r, params_bytes=params, grads_bytes=grads, optimizer_bytes=opt, activations_bytes=act,
+            other_bytes=sum(v for _, v in other), in_flight_microbatches=f, other_breakdown=other))
     if trees != "none":
         worst = max(stages, key=lambda x: x.total_bytes).rank
         stages = [_with_tree(st, run, assumptions) if trees == "all" or st.rank == worst else st for st in stages]

@@ -208,6 +208,10 @@ class Shapes:
     FSDP2 reduce-scatters. Short reductions (few tokens per expert) make the wgrad GEMM bound by this
     traffic, not by its FLOPs."""
 
+    dispatcher: str = "alltoall"
+    """MoE token dispatcher (TrainingConfig.moe_a2a_backend): what the permute passes around the exchange move
+    (``_permute_op``)."""
+
     @property
     def eager(self) -> bool:
         """Elementwise ops run as PyTorch's eager composite kernels (TorchTitan without torch.compile)."""
@@ -234,6 +238,7 @@ class Shapes:
                    router_fusion=t.moe_router_fusion, fused_mlp=t.fused_grouped_mlp,
                    attention_dtype="fp8" if t.fp8_dot_product_attention else "bf16",
                    output_dtype="mxfp8" if t.fp8_output_proj else "bf16",
+                   dispatcher=t.moe_a2a_backend,
                    **saved_tensor_assumptions)
 
 
@@ -510,11 +515,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
            # T x E logits and probabilities (fp32)
            _router_topk_op(s, tokens, E, rb),
            *_capacity_ops(s, tokens, E),
-           # permute + unpermute copies (k*T*H each way) after the sync, plus sort/unsort by local expert.
-           # The combine needs only the routing map (probs are applied in the expert activation,
-           # Megatron-Core weighted SwiGLU), so no k*T*H copy is saved on the way back
-           Op(name="permute", kind=MEMORY, bytes_f=BF16 * 2 * (tokens * H + pairs * H), kernels=6, host_ops=12,
-              segment=POST_SYNC, saved=(Saved("routing_map", tokens * E * MASK),)),
+           _permute_op(s, tokens, pairs, H, E_local, Saved("routing_map", tokens * E * MASK)),
            Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, fused_groups=one_kernel, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, calls=(0.5, 0.5) if titan and card.gated else (),
               saved=(Saved("expert_fc1_input", kept * H * b_g),)),
@@ -540,6 +541,27 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     ops.append(Op(name="mlp_residual", kind=MEMORY, bytes_f=BF16 * 3 * tokens * H, host_ops=1, segment=POST_SYNC,
                   saved=_dropout_mask(s, H)))
     return ops
+
+
+def _permute_op(s: Shapes, tokens: int, pairs: float, H: int, local_experts: int, routing_map: Saved) -> Op:
+    """The dispatcher's token copies around the exchange, after the sync, forward bytes (the backward mirrors
+    them). The combine needs only the routing map (probs are applied in the expert activation, Megatron-Core
+    weighted SwiGLU), so no k*T*H copy is saved on the way back.
+
+    Every dispatcher permutes the tokens into expert order and back (read T + write k*T each way): Megatron-Core's
+    all-to-all dispatcher before the exchange (``permute`` / ``unpermute``), DeepEP and HybridEP on the received
+    tokens (``_DeepepManager``; HybridEP's ``dispatch_with_permute``, one kernel with the exchange only under
+    ``moe_permute_fusion_into_hybridep``, which no priced recipe sets). The all-to-all dispatcher with more than
+    one local expert also regroups the received rows by local expert after the dispatch and restores their
+    order before the combine (``sort_chunks_by_idxs``; the drop-and-pad path transposes the capacity buffer
+    instead): one more read + write of the k*T rows each way (``MoEAlltoAllTokenDispatcher``)."""
+    copies = 2 * (tokens * H + pairs * H)  # permute + unpermute
+    kernels = 6
+    if s.framework == "megatron" and s.dispatcher == "alltoall" and local_experts > 1:
+        copies += 2 * 2 * pairs * H  # sort_chunks_by_idxs after the dispatch, and its inverse before the combine
+        kernels += 2
+    return Op(name="permute", kind=MEMORY, bytes_f=BF16 * copies, kernels=kernels, host_ops=12, segment=POST_SYNC,
+              saved=(routing_map,))
 
 
 def _norm_op(card, s: Shapes, name: str, dropped_by: str = FULL) -> Op:

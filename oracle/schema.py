@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -122,6 +123,14 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def _schema(cls: type) -> tuple[dict[str, Any], list[dataclasses.Field], list[str]]:
+    """(type hints, init fields, their names) of dataclass ``cls``: resolved once per class (``get_type_hints``
+    evaluates every string annotation, most of a ``from_dict``'s time when done per call)."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    return typing.get_type_hints(cls, include_extras=True), fields, [f.name for f in fields]
+
+
 def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] | None = None) -> T:
     """Build dataclass ``cls`` from ``data``, rejecting unknown keys, missing keys and bad types.
 
@@ -130,9 +139,7 @@ def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] 
     if not isinstance(data, dict):
         raise InvalidConfigError(f"{where} must be a mapping of keys to values, got a "
                                  f"{type(data).__name__}: {data!r}")
-    hints = typing.get_type_hints(cls, include_extras=True)
-    fields = [f for f in dataclasses.fields(cls) if f.init]
-    names = [f.name for f in fields]
+    hints, fields, names = _schema(cls)
     problems = list(extra_problems or [])
     problems += unknown_key_problems(data, names, where)
     kwargs: dict[str, Any] = {}
@@ -152,11 +159,17 @@ def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] 
 def to_dict(obj: Any) -> dict[str, Any]:
     """Plain-dict view of a (nested) dataclass, tuples as lists."""
     out = {}
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
+    for name in _field_names(type(obj)):
+        v = getattr(obj, name)
         if hasattr(v, "__dataclass_fields__") and not isinstance(v, type):  # dataclasses.is_dataclass, inlined
             v = to_dict(v)
         elif isinstance(v, tuple):
             v = list(v)
-        out[f.name] = v
+        out[name] = v
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls`` (``dataclasses.fields``), once per class."""
+    return tuple(f.name for f in dataclasses.fields(cls))

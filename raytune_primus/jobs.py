@@ -317,11 +317,14 @@ def run_compare_command(args: argparse.Namespace, *, results: Path | None = None
 def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     """``compare --suite``: every searcher on every suite experiment; one table (or JSON with compare's keys
     per experiment). The optima come from the on-disk cache (searchers.suite.DEFAULT_OPTIMA_CACHE)."""
-    from searchers.suite import format_suite_table, run_suite
+    from searchers.suite import SUITES, format_suite_table, run_suite
 
     if args.experiment:
         raise InvalidConfigError(f"--suite takes no experiment argument (got {args.experiment!r}); "
                                  f"use --experiments NAME... to choose a subset")
+    if args.suite not in SUITES:  # e.g. `--suite EXPERIMENT`: the experiment was read as the suite's name
+        raise InvalidConfigError(f"--suite takes a suite name ({', '.join(SUITES)}), not {args.suite!r}; it takes no "
+                                 f"experiment argument: use --experiments NAME... to choose a subset")
     if args.plot:
         raise InvalidConfigError("--plot draws one experiment's curves; it does not apply with --suite")
     derive = [f"--{f.replace('_', '-')}" for f in ("model", "hardware", "num_gpus", "seq_len", "gbs", "precision", "set",
@@ -349,8 +352,8 @@ def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    summary = run_suite(compare_fn, experiments=args.experiments, budget=args.budget or 30, seeds=seeds,
-                        searchers=args.searchers, progress=say)
+    summary = run_suite(compare_fn, experiments=args.experiments, suite=args.suite, budget=args.budget or 30,
+                        seeds=seeds, searchers=args.searchers, progress=say)
     summary["driver"] = args.driver
     if args.results:
         out = Path(args.results)

@@ -184,8 +184,9 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_suite_arguments(p: argparse.ArgumentParser) -> None:
     """``compare --suite``: every searcher on every suite experiment (searchers.suite)."""
-    p.add_argument("--suite", action="store_true",
-                   help="compare on every experiment of the suite (searchers.suite.SUITE, 8 to 1,024 GPUs) and print "
-                        "one table; the optima are computed once and cached under results/optima")
+    p.add_argument("--suite", nargs="?", const="bundled", default=None, metavar="NAME",
+                   help="compare on every experiment of a suite and print one table: bundled (the default, 7 "
+                        "experiments the search was developed on) or generalise (15 more, written from models and "
+                        "clusters; searchers.suite.SUITES); the optima are computed once and cached under results/optima")
     p.add_argument("--experiments", nargs="+", metavar="NAME",
-                   help="--suite: only these experiments (bundled names or YAML paths), in this order")
+                   help="--suite: only these experiments (shipped names or YAML paths), in this order")

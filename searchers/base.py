@@ -72,6 +72,10 @@ class TrialResult:
     mfu: float | None = None
     reason: str = ""
     """Why it is not 'ok' (legality problems, 'peak 91.2 GiB > cap 70.2 GiB', the exception)."""
+    breakdown: Mapping[str, float] | None = None
+    """Where the iteration's time went, when scored (:func:`searchers.evaluator.breakdown_of`): seconds per term
+    (``compute_s``, ``recompute_s``, ``bubble_s``, ``optimizer_s``, ``host_sync_s``, ``other_s``) and per
+    communication kind ``KIND_total_s`` / ``KIND_exposed_s``."""
 
     @property
     def legal(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 from searchers.base import Candidate, TrialResult
 from oracle.units import GIB
+from searchers.evaluator import read_breakdown
 from searchers.ledger import Ledger, LedgerError, now_utc
 
 COUNTED = frozenset({"ok", "rejected", "failed"})
@@ -44,7 +45,7 @@ def result_from_row(row: Mapping[str, Any]) -> TrialResult:
                        tokens_per_s_per_gpu=row.get("tokens_per_s_per_gpu"),
                        peak_bytes=None if mem is None else mem * GIB, cap_bytes=None if cap is None else cap * GIB,
                        iteration_time_s=row.get("iteration_time_s"), mfu=row.get("mfu"),
-                       reason=row.get("reason") or "")
+                       reason=row.get("reason") or "", breakdown=read_breakdown(row.get("breakdown")))
 
 
 class TrialBook:
@@ -160,7 +161,8 @@ class TrialBook:
             "phase": c.phase if c else "", "round": c.round if c else 0,
             "proposer": c.proposer if c else "", "note": c.note if c else "",
             "oracle_mode": self.oracle_mode, "started_at": start, "finished_at": end,
-            "wall_s": (end - start).total_seconds(), "oracle_version": self.oracle_version})
+            "wall_s": (end - start).total_seconds(), "oracle_version": self.oracle_version,
+            "breakdown": json.dumps(res.breakdown, sort_keys=True) if res.breakdown else None})
 
     # ------------------------------------------------------------------ views
     def counted(self) -> list[Trial]:

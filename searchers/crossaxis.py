@@ -85,6 +85,51 @@ def _recompute_rank(point: Mapping[str, Any]) -> int:
     return {"none": 0, "selective": 1, "full": 2}.get(str(point.get("recompute", "none")), 0)
 
 
+def repairs(space: SearchSpace, point: dict[str, Any]) -> list[dict[str, Any]]:
+    """``point`` if legal, else the legal points one or two repair-axis changes away (schedule, VPP, micro-batch,
+    recompute layers)."""
+    if space.contains(point):
+        return [point]
+    fixes = []
+    axes = [a for a in _REPAIR_AXES if a in space.axes]
+    for k in (1, 2):
+        for combo in itertools.combinations(axes, k):
+            for vals in itertools.product(*(space.values[a] for a in combo)):
+                p = {**point, **dict(zip(combo, vals))}
+                if space.contains(p):
+                    fixes.append(p)
+        if fixes:
+            return fixes
+    return fixes
+
+
+def schedules(space: SearchSpace, point: dict[str, Any]) -> list[dict[str, Any]]:
+    """``point`` with every legal (pipeline schedule, VPP) pair: the best schedule depends on the pipeline
+    depth and the micro-batch count, so a move that changes either re-opens the schedule choice."""
+    if "pp_schedule" not in space.axes or "vpp" not in space.axes:
+        return []
+    out = []
+    for sched in space.values["pp_schedule"]:
+        for v in space.values["vpp"]:
+            p = {**point, "pp_schedule": sched, "vpp": v}
+            if p != point and space.contains(p):
+                out.append(p)
+    return out
+
+
+def neighbourhood(space: SearchSpace, point: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Every single-axis move from ``point`` (adjacent values of numeric axes, all values of the others), repaired
+    where it breaks legality; a PP or MBS move with every legal schedule/VPP pair too. (point, label) pairs."""
+    out = []
+    for a in space.axes:
+        for v in space.neighbours(point, a):
+            for p in repairs(space, {**point, a: v}):
+                out.append((p, f"{a}={v}"))
+            if a in _PIPELINE_SHAPE_AXES:
+                out += [(p, f"{a}={v}") for p in schedules(space, {**point, a: v})]
+    return out
+
+
 class RoundControl:
     """Rounds, per-round cap and patience (shared by the offline and LLM proposers)."""
 
@@ -489,43 +534,13 @@ class CrossAxisProposer:
 
     # ------------------------------------------------------------------ later rounds: polish
     def _repairs(self, point: dict[str, Any]) -> list[dict[str, Any]]:
-        """``point`` if legal, else the legal points one or two repair-axis changes away."""
-        if self.space.contains(point):
-            return [point]
-        fixes = []
-        axes = [a for a in _REPAIR_AXES if a in self.space.axes]
-        for k in (1, 2):
-            for combo in itertools.combinations(axes, k):
-                for vals in itertools.product(*(self.space.values[a] for a in combo)):
-                    p = {**point, **dict(zip(combo, vals))}
-                    if self.space.contains(p):
-                        fixes.append(p)
-            if fixes:
-                return fixes
-        return fixes
+        return repairs(self.space, point)
 
     def _schedules(self, point: dict[str, Any]) -> list[dict[str, Any]]:
-        """``point`` with every legal (pipeline schedule, VPP) pair: the best schedule depends on the pipeline
-        depth and the micro-batch count, so a move that changes either re-opens the schedule choice."""
-        if "pp_schedule" not in self.space.axes or "vpp" not in self.space.axes:
-            return []
-        out = []
-        for sched in self.space.values["pp_schedule"]:
-            for v in self.space.values["vpp"]:
-                p = {**point, "pp_schedule": sched, "vpp": v}
-                if p != point and self.space.contains(p):
-                    out.append(p)
-        return out
+        return schedules(self.space, point)
 
     def _neighbourhood(self, inc: Entry) -> list[tuple[dict[str, Any], str]]:
-        out = []
-        for a in self.space.axes:
-            for v in self.space.neighbours(inc.point, a):
-                for p in self._repairs({**inc.point, a: v}):
-                    out.append((p, f"{a}={v}"))
-                if a in _PIPELINE_SHAPE_AXES:
-                    out += [(p, f"{a}={v}") for p in self._schedules({**inc.point, a: v})]
-        return out
+        return neighbourhood(self.space, inc.point)
 
     def _polish(self) -> Candidate | None:
         """The best-ranked move around the incumbent; around the runners-up (best first) once every

@@ -24,7 +24,7 @@ from typing import Any
 from oracle.units import GIB
 from searchers.base import make_searcher
 from searchers.book import TrialBook
-from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_result,
+from searchers.evaluator import (Evaluator, OracleEvaluator, evaluator_version, memory_results,
                                  oracle_fingerprint, score_result, score_results)
 from searchers.experiment import Experiment, load_experiment
 from searchers.ledger import Ledger
@@ -191,9 +191,10 @@ def _score_chunk(args: tuple[SearchSpace, Evaluator, Sequence[tuple]]) -> tuple[
     bound = getattr(evaluator, "upper_bound", None)
     for lo in range(0, len(points), SWEEP_BATCH):
         todo: list[tuple[tuple, Any]] = []
-        for p in points[lo:lo + SWEEP_BATCH]:
-            run = space.run_of(p)
-            if memory_result(evaluator, run, "") is not None:
+        batch = points[lo:lo + SWEEP_BATCH]
+        runs = [space.run_of(p) for p in batch]
+        for p, run, rejected in zip(batch, runs, memory_results(evaluator, runs, [""] * len(runs))):
+            if rejected is not None:
                 continue
             ub = bound(run) if (bound is not None and best is not None) else None
             if ub is not None and ub < best:
@@ -234,9 +235,12 @@ def _bound_range(rng: tuple[int, int]) -> tuple[list[tuple[float, int]], list[fl
     order = space.points
     cands: list[tuple[float, int]] = []
     finite: list[float] = []
-    for i in range(*rng):
-        run = space.run_of(order[i])
-        if memory_result(evaluator, run, "") is not None:
+    lo, hi = rng
+    runs = [space.run_of(order[i]) for i in range(lo, hi)]
+    verdicts = [v for j in range(0, len(runs), SWEEP_BATCH)
+                for v in memory_results(evaluator, runs[j:j + SWEEP_BATCH], [""] * len(runs[j:j + SWEEP_BATCH]))]
+    for i, run, rejected in zip(range(lo, hi), runs, verdicts):
+        if rejected is not None:
             continue
         try:
             b = float(bound(run))

@@ -10,7 +10,9 @@ an exception raised by the oracle is a 'failed' trial with its message, never a 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -109,6 +111,12 @@ class OracleEvaluator:
         from oracle.projector import project
         return project(run, mode=self.mode, fast_schedules=self.fast_schedules, memory_tree=False)
 
+    def memory_peaks(self, runs: list[RunConfig]) -> tuple[Any, Any]:
+        """(peak bytes, cap bytes) of every run, as :meth:`memory` would give them (``oracle.memory.memory_peaks``:
+        numpy over the runs)."""
+        from oracle.memory import memory_peaks
+        return memory_peaks(runs)
+
     def score_many(self, runs: list[RunConfig]) -> list[Any]:
         """:meth:`score` of every run (``oracle.projector.project_many``: runs that share a pipeline plan are
         replayed together), each failure as its exception in place."""
@@ -156,6 +164,24 @@ def memory_result(evaluator: Evaluator, run: RunConfig, key: str) -> TrialResult
     except Exception as exc:  # the oracle must not crash a search
         return TrialResult(status="failed", key=key, training=_training(run),
                            reason=f"memory projection failed: {_error_text(exc)}")
+    return _memory_verdict(run, key, peak, cap)
+
+
+def memory_results(evaluator: Evaluator, runs: list[RunConfig], keys: list[str]) -> list[TrialResult | None]:
+    """:func:`memory_result` of each run, through the evaluator's batch ``memory_peaks`` where it has one (one
+    failing run sends the batch through the one-by-one path, which words each failure)."""
+    many = getattr(evaluator, "memory_peaks", None)
+    if many is not None and runs:
+        try:
+            peaks, caps = many(runs)
+        except Exception:  # noqa: BLE001 - each run again alone, with its own error
+            pass
+        else:
+            return [_memory_verdict(r, k, float(p), float(c)) for r, k, p, c in zip(runs, keys, peaks, caps)]
+    return [memory_result(evaluator, r, k) for r, k in zip(runs, keys)]
+
+
+def _memory_verdict(run: RunConfig, key: str, peak: float, cap: float) -> TrialResult | None:
     if not (math.isfinite(peak) and peak <= cap):
         return TrialResult(status="rejected", key=key, training=_training(run), peak_bytes=peak,
                            cap_bytes=cap,
@@ -196,7 +222,8 @@ def _scored(proj: Any, run: RunConfig, key: str) -> TrialResult:
     except Exception as exc:
         return TrialResult(status="failed", key=key, training=_training(run),
                            reason=f"projection failed: {_error_text(exc)}")
-    extra = {"iteration_time_s": getattr(proj, "iteration_time_s", None), "mfu": getattr(proj, "mfu", None)}
+    extra = {"iteration_time_s": getattr(proj, "iteration_time_s", None), "mfu": getattr(proj, "mfu", None),
+             "breakdown": breakdown_of(proj)}
     if peak > cap:
         return TrialResult(status="rejected", key=key, training=_training(run), peak_bytes=peak,
                            cap_bytes=cap, reason=f"projection: peak {peak / GIB:.1f} GiB > cap {cap / GIB:.1f} GiB",
@@ -208,11 +235,47 @@ def _scored(proj: Any, run: RunConfig, key: str) -> TrialResult:
                        peak_bytes=peak, cap_bytes=cap, **extra)
 
 
+BREAKDOWN_TERMS: tuple[str, ...] = ("compute_s", "recompute_s", "bubble_s", "optimizer_s", "host_sync_s", "other_s")
+"""The scalar terms of an oracle time breakdown (``oracle.results.TimeBreakdown``) a trial result carries."""
+
+
+def breakdown_of(proj: Any) -> dict[str, float] | None:
+    """A projection's time breakdown as a flat mapping (None without one): seconds per term of
+    :data:`BREAKDOWN_TERMS`, and ``KIND_total_s`` / ``KIND_exposed_s`` per communication kind."""
+    b = getattr(proj, "breakdown", None)
+    if b is None:
+        return None
+    try:
+        out = {k: float(getattr(b, k, 0.0) or 0.0) for k in BREAKDOWN_TERMS}
+        for c in getattr(b, "comm", ()):
+            out[f"{c.kind}_total_s"] = out.get(f"{c.kind}_total_s", 0.0) + float(c.total_s)
+            out[f"{c.kind}_exposed_s"] = out.get(f"{c.kind}_exposed_s", 0.0) + float(c.exposed_s)
+    except (TypeError, ValueError):
+        return None
+    return out if all(math.isfinite(v) for v in out.values()) else None
+
+
 def _training(run: RunConfig) -> dict[str, Any]:
     return run.to_dict()["training"]
 
 
 # ---------------------------------------------------------------------------------------------- trial metrics
+def read_breakdown(data: Any) -> dict[str, float] | None:
+    """A breakdown read back from trial metrics or a ledger row (JSON text or a mapping); None when absent or
+    unreadable (it informs the search; a trial never fails on it)."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return {str(k): float(v) for k, v in data.items()}
+    except (TypeError, ValueError):
+        return None
+
+
 def trial_metrics(result: TrialResult) -> dict[str, Any]:
     """The plain metrics dict a Ray Tune trial reports for ``result`` (see :func:`result_from_metrics`).
 
@@ -222,7 +285,8 @@ def trial_metrics(result: TrialResult) -> dict[str, Any]:
             "status": result.status, "fits": result.fits, "config_key": result.key,
             "peak_gib": None if result.peak_bytes is None else result.peak_bytes / GIB,
             "cap_gib": None if result.cap_bytes is None else result.cap_bytes / GIB,
-            "iteration_time_s": result.iteration_time_s, "mfu": result.mfu, "reason": result.reason}
+            "iteration_time_s": result.iteration_time_s, "mfu": result.mfu, "reason": result.reason,
+            "breakdown": dict(result.breakdown) if result.breakdown else None}
 
 
 def result_from_metrics(metrics: Any, *, key: str = "", training: Any = None) -> TrialResult:
@@ -238,7 +302,7 @@ def result_from_metrics(metrics: Any, *, key: str = "", training: Any = None) ->
                            peak_bytes=None if peak is None else float(peak) * GIB,
                            cap_bytes=None if cap is None else float(cap) * GIB,
                            iteration_time_s=metrics.get("iteration_time_s"), mfu=metrics.get("mfu"),
-                           reason=str(metrics.get("reason") or ""))
+                           reason=str(metrics.get("reason") or ""), breakdown=read_breakdown(metrics.get("breakdown")))
     except Exception as exc:  # a bad objective value is recorded, never a crash
         return TrialResult(status="failed", key=key, training=training,
                            reason=f"unreadable trial metrics: {_error_text(exc)}")

@@ -203,19 +203,34 @@ def bundled() -> list[str]:
     return sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
 
 
+def shipped() -> list[str]:
+    """Names of every experiment spec shipped: ``experiments/`` and its suite folders (``experiments/SUITE/``)."""
+    return sorted({p.stem for p in EXPERIMENT_DIR.glob("*.yaml")} | {p.stem for p in EXPERIMENT_DIR.glob("*/*.yaml")})
+
+
+def _shipped_path(name: str) -> Path | None:
+    """The shipped spec of that name: ``experiments/NAME.yaml``, else the one suite folder holding it."""
+    top = EXPERIMENT_DIR / f"{name}.yaml"
+    if top.exists():
+        return top
+    hits = sorted(EXPERIMENT_DIR.glob(f"*/{name}.yaml"))
+    return hits[0] if hits else None
+
+
 def load_experiment(name_or_path: str | Path) -> Experiment:
-    """Load a spec by path, or by the name of a bundled spec (``experiments/NAME.yaml``)."""
+    """Load a spec by path, or by the name of a shipped spec (``experiments/NAME.yaml`` or a suite's
+    ``experiments/SUITE/NAME.yaml``)."""
     from oracle.registry import check_name
 
     p = Path(check_name("experiment", str(name_or_path)))
     if not p.exists():
-        cand = EXPERIMENT_DIR / f"{name_or_path}.yaml"
-        if cand.exists() and "/" not in str(name_or_path):
+        cand = _shipped_path(str(name_or_path)) if "/" not in str(name_or_path) else None
+        if cand is not None:
             p = cand
         elif p.suffix in (".yaml", ".yml", ".json") or "/" in str(name_or_path):
             raise InvalidConfigError(f"experiment file {str(name_or_path)!r} does not exist")
         else:
-            raise UnknownComponentError("experiment", str(name_or_path), bundled())
+            raise UnknownComponentError("experiment", str(name_or_path), shipped())
     try:
         data = load_mapping(p, "experiment spec")
     except PrimusError:

@@ -46,11 +46,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("iteration_time_s", "float64"), ("mfu", "float64"), ("phase", "string"), ("round", "int64"),
     ("proposer", "string"), ("note", "string"), ("oracle_mode", "string"),
     ("started_at", "timestamp"), ("finished_at", "timestamp"), ("wall_s", "float64"),
-    ("oracle_version", "string"),
+    ("oracle_version", "string"), ("breakdown", "string"),
 )
 """Ledger columns and their types (``config`` is the training section as JSON; GiB = 2^30 bytes)."""
 COLUMN_NAMES: tuple[str, ...] = tuple(c for c, _ in COLUMNS)
-OPTIONAL_COLUMNS = frozenset({"oracle_version"})
+OPTIONAL_COLUMNS = frozenset({"oracle_version", "breakdown"})
 """Columns added after the first ledgers were written: read back as None when a file lacks them."""
 
 _SECRETS: Counter[str] = Counter()

@@ -54,7 +54,7 @@ from oracle.errors import InvalidConfigError
 from oracle.schema import unknown_key_problems
 from oracle.units import GIB
 from searchers.base import Candidate, SearchContext, TrialResult
-from searchers.crossaxis import CrossAxisProposer, RoundControl
+from searchers.crossaxis import RoundControl
 from searchers.history import History
 from searchers.ledger import forget_secret, register_secret, scrub
 from searchers.space import SearchSpace
@@ -404,8 +404,10 @@ class LLMProposer:
 
     def __init__(self, space: SearchSpace, history: History, *, settings: Any = None, lm: Any = None,
                  extra_guidance: str = "", context: SearchContext | None = None, rounds: int = 4,
-                 per_round: int = 25, patience: int = 5) -> None:
+                 per_round: int = 25, patience: int = 5, offline: str = "guided") -> None:
         self.space, self.history = space, history
+        self.offline = offline
+        """The offline proposer that finishes the budget when the LLM cannot (``seed_llm``'s ``offline``)."""
         self.settings = LLMSettings.from_dict(settings) if settings is not None else None
         self._lm = lm
         self.extra_guidance = extra_guidance
@@ -423,7 +425,7 @@ class LLMProposer:
         self._gr: Any = None
         self._result: TrialResult | None = None
         self._failed_rounds = 0
-        self._fallback: CrossAxisProposer | None = None
+        self._fallback: Any = None
         self._round_failed = False
         self._round_scored = 0
         self._idle_in_row = 0
@@ -453,14 +455,18 @@ class LLMProposer:
         return int(self.context.budget_status()["remaining"]) if self.context is not None else 0
 
     def _switch_to_fallback(self, why: str) -> None:
-        """The offline cross-axis proposer finishes the budget (given rounds enough to spend it)."""
-        self.label = f"{self.base_label} -> cross-axis (offline) fallback"
-        self._event("llm_fallback", why)
+        """The offline proposer finishes the budget (the round-based one given rounds enough to spend it)."""
+        from searchers.seed_llm import offline_proposer
+        # the breakdown-guided proposer needs a scored trial with a time breakdown; without one the round-based
+        # proposer finishes the budget (as seed_llm does offline)
+        kind = self.offline if any(e.result.breakdown for e in self.history.ok()) else "rounds"
         # with the search context, as the offline proposer has it: its free memory probes and layout
         # jumps need it (without it the fallback searched blind: docs/search.md, the LLM proposer on the suite)
-        self._fallback = CrossAxisProposer(self.space, self.history, rounds=max(1, self._budget_left()),
-                                           per_round=self.control.per_round, patience=self.control.patience,
-                                           context=self.context)
+        self._fallback = offline_proposer(kind, self.space, self.history, self.context,
+                                          rounds=max(1, self._budget_left()), per_round=self.control.per_round,
+                                          patience=self.control.patience)
+        self.label = f"{self.base_label} -> {self._fallback.label} fallback"
+        self._event("llm_fallback", why)
 
     def _end_round(self) -> None:
         """A round that scored no trial is a failed round, whatever the LLM answered."""

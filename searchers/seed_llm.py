@@ -8,8 +8,12 @@ are measured last, on the best seed point so far (a format's gain depends on the
 step, which the other moves change). When the baseline does not fit and the plan is used up, the
 unspent seed moves are planned around the best fitting point found (:meth:`SeedThenPropose._reanchor`).
 Phase 2 hands the shared history to the LLM proposer (:mod:`searchers.llm`) when an ``llm`` block is
-configured, else to the deterministic cross-axis proposer (:mod:`searchers.crossaxis`). :attr:`SeedThenPropose.proposer` always says
-which one ran (and whether the LLM fell back to the offline proposer).
+configured, else to an offline proposer (option ``offline``): by default the breakdown-guided one
+(:mod:`searchers.guided`), which takes over from the first trial the oracle scored with a time breakdown and
+orders every later trial itself (the seed planner's moves on the settings its step model cannot carry among
+them); ``offline: rounds`` keeps the seed plan and then runs the round-based cross-axis proposer
+(:mod:`searchers.crossaxis`), as does an oracle that returns no breakdown. :attr:`SeedThenPropose.proposer`
+always says which one ran (and whether the LLM fell back to the offline proposer).
 """
 from __future__ import annotations
 
@@ -18,10 +22,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from searchers.base import Candidate, SearchContext, Searcher, TrialResult, register
+from oracle.errors import InvalidConfigError
 from searchers.crossaxis import CrossAxisProposer
+from searchers.crossaxis import LABEL as ROUNDS_LABEL
+from searchers.guided import LABEL as GUIDED_LABEL
+from searchers.guided import GuidedProposer
 from searchers.history import History, diff
 from searchers.seed import seed_plan
 from searchers.space import SearchSpace
+
+
+OFFLINE: tuple[str, ...] = ("guided", "rounds")
+"""Offline proposers: ``guided`` (breakdown-guided, :mod:`searchers.guided`) and ``rounds`` (round-based cross-axis,
+:mod:`searchers.crossaxis`)."""
+OFFLINE_LABELS: dict[str, str] = {"guided": GUIDED_LABEL, "rounds": ROUNDS_LABEL}
+
+
+def offline_proposer(kind: str, space: SearchSpace, history: History, context: Any, *, rounds: int = 4,
+                     per_round: int = 25, patience: int = 5) -> Any:
+    """The offline proposer ``kind`` (:data:`OFFLINE`) over a shared history, with the driver's context."""
+    if kind == "guided":
+        return GuidedProposer(space, history, context=context)
+    return CrossAxisProposer(space, history, context=context, rounds=rounds, per_round=per_round, patience=patience)
 
 
 @register("seed_llm")
@@ -31,13 +53,19 @@ class SeedThenPropose(Searcher):
     Options: ``max_seed`` (12), ``rounds`` (4), ``per_round`` (25), ``patience`` (5),
     ``llm`` (mapping as in the experiment's ``llm`` block, or an :class:`~searchers.llm.LLMSettings`;
     absent = offline proposer), ``lm`` (a ready ``dspy.LM``-like object, for tests),
-    ``extra_guidance`` (free text for the LLM planner).
+    ``extra_guidance`` (free text for the LLM planner), ``offline`` (:data:`OFFLINE`: ``guided``, the
+    breakdown-guided proposer of :mod:`searchers.guided`, the default; ``rounds``, the round-based cross-axis
+    proposer of :mod:`searchers.crossaxis` that preceded it). The offline proposer is also the LLM's fallback.
     """
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, max_seed: int = 12, rounds: int = 4,
                  per_round: int = 25, patience: int = 5, llm: Any = None, lm: Any = None,
-                 extra_guidance: str = "") -> None:
+                 extra_guidance: str = "", offline: str = "guided") -> None:
         super().__init__(space, seed=seed)
+        if offline not in OFFLINE:
+            raise InvalidConfigError(f"seed_llm option offline={offline!r} is not an offline proposer; valid: "
+                                     f"{', '.join(OFFLINE)}")
+        self._offline = offline
         self.history = History(space)
         self._seed: list[Candidate] = []
         self._deferred: list[Candidate] = []
@@ -57,17 +85,23 @@ class SeedThenPropose(Searcher):
     # ------------------------------------------------------------------ proposer selection
     def _make_proposer(self) -> Any:
         if self._llm is None and self._lm is None:
-            return CrossAxisProposer(self.space, self.history, context=self.context, **self._round_opts)
+            return offline_proposer(self._offline, self.space, self.history, self.context, **self._round_opts)
         from searchers.llm import LLMProposer
         return LLMProposer(self.space, self.history, settings=self._llm, lm=self._lm,
-                           extra_guidance=self._guidance, context=self.context, **self._round_opts)
+                           extra_guidance=self._guidance, context=self.context, offline=self._offline,
+                           **self._round_opts)
+
+    @property
+    def _guided(self) -> bool:
+        """The breakdown-guided proposer drives the search from the first scored point (no LLM)."""
+        return self._offline == "guided" and self._llm is None and self._lm is None
 
     @property
     def proposer(self) -> str:
         if self._proposer is not None:
             return f"seed-planner + {self._proposer.label}"
         if self._llm is None and self._lm is None:
-            return "seed-planner + cross-axis (offline)"
+            return f"seed-planner + {OFFLINE_LABELS[self._offline]}"
         from searchers.llm import llm_label
         return f"seed-planner + {llm_label(self._llm, self._lm)}"
 
@@ -78,6 +112,14 @@ class SeedThenPropose(Searcher):
 
     # ------------------------------------------------------------------ ask / tell
     def suggest(self) -> Candidate | None:
+        if self._guided and self._proposer is None and any(e.result.breakdown for e in self.history.ok()):
+            self._proposer = self._make_proposer()
+        if self._guided and isinstance(self._proposer, GuidedProposer):
+            # from the first scored point on, the guided proposer orders everything: the seed planner's moves on
+            # the settings its step model cannot carry, then the model's ranking (searchers.guided); an oracle that
+            # returns no time breakdown leaves the seed plan and the round-based proposer in charge
+            self._in_seed = False
+            return self._proposer.suggest()
         if not self._seed and self._seed_emitted < self._max_seed and not self._reanchored:
             self._reanchor()
         while (self._seed or self._deferred) and self._seed_emitted < self._max_seed:
@@ -98,7 +140,8 @@ class SeedThenPropose(Searcher):
             return self.suggest()
         self._in_seed = False
         if self._proposer is None:
-            self._proposer = self._make_proposer()
+            self._proposer = (CrossAxisProposer(self.space, self.history, context=self.context, **self._round_opts)
+                              if self._guided else self._make_proposer())
         return self._proposer.suggest()
 
     def _plan(self, plan: list[Candidate]) -> None:
@@ -148,7 +191,7 @@ class SeedThenPropose(Searcher):
 
     def observe(self, candidate: Candidate, result: TrialResult) -> None:
         counted = self.history.add(candidate, result) and result.status != "illegal"
-        if candidate.phase != "seed" and self._proposer is not None:
+        if (candidate.phase != "seed" or self._guided) and self._proposer is not None:
             self._proposer.observe(candidate, result, counted)
 
     def close(self) -> None:

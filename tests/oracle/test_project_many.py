@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from oracle.config import RunConfig
@@ -66,11 +66,11 @@ def _space() -> SearchSpace:
 def test_project_many_is_project_one_by_one(rnd, memory_tree):
     space = _space()
     runs = [space.run_of(p) for p in rnd.sample(space.points, 40)]
-    batch = project_many(runs, fast_schedules=True, memory_tree=memory_tree)
     plans = {}
     for r in runs:
         plans.setdefault((r.training.schedule, r.training.pp, r.training.vpp), []).append(r)
-    assert max(len(v) for v in plans.values()) >= BATCH_REPLAY_MIN  # a batch was replayed together
+    assume(max(len(v) for v in plans.values()) >= BATCH_REPLAY_MIN)  # a batch is replayed together
+    batch = project_many(runs, fast_schedules=True, memory_tree=memory_tree)
     assert [p.to_dict() for p in batch] == [project(r, fast_schedules=True, memory_tree=memory_tree).to_dict()
                                             for r in runs]
 

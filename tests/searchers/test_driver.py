@@ -22,7 +22,7 @@ def test_run_search_reports_what_happened(small, tmp_path):
     res = run_search(small, "seed_llm", 20, 0, tmp_path / "l.parquet", evaluator=SyntheticEvaluator(cap_bytes=CAP_BYTES))
     d = res.to_dict()
     assert 12 < d["trials"] <= 20 and d["searcher"] == "seed_llm"
-    assert d["proposer"] == "seed-planner + cross-axis (offline)"
+    assert d["proposer"] == "seed-planner + cross-axis (offline)"  # no breakdowns: the round-based proposer
     assert len(d["best_so_far"]) == d["trials"] and d["best_so_far"][-1] == d["best_tokens_per_s_per_gpu"]
     assert all(a is None or b >= a for a, b in zip(d["best_so_far"], d["best_so_far"][1:]))
     assert d["best_training"]["seq_len"] == 2048 and d["ledger_path"].endswith("l.parquet")

@@ -148,3 +148,18 @@ def test_the_log_scrubber_is_installed_only_while_a_secret_is_registered(caplog,
         assert logging.getLogRecordFactory() is fresh and scrub("sk-scoped-secret") == "sk-scoped-secret"
     finally:
         logging.setLogRecordFactory(original)
+
+
+def test_the_time_breakdown_survives_the_ledger_and_the_trial_metrics(tmp_path):
+    from searchers.evaluator import read_breakdown, result_from_metrics, trial_metrics
+    bd = {"compute_s": 0.25, "bubble_s": 0.03, "ep_a2a_total_s": 0.04, "ep_a2a_exposed_s": 0.01}
+    res = TrialResult(status="ok", key="k1", training={"tp": 2}, tokens_per_s_per_gpu=10.0, peak_bytes=1.0,
+                      cap_bytes=2.0, breakdown=bd)
+    path = tmp_path / "l.parquet"
+    book = TrialBook(budget=3, run_id="r", searcher="x", seed=0, oracle_mode="m", ledger=Ledger(path))
+    book.record(Candidate(values={"tp": 2}), res)
+    book.record(Candidate(values={"tp": 1}), _ok("k2"))  # scored without a breakdown: the column stays empty
+    rows = read_rows(path)
+    assert result_from_row(rows[0]).breakdown == bd and result_from_row(rows[1]).breakdown is None
+    assert result_from_metrics(trial_metrics(res)).breakdown == bd  # what a Ray Tune trial reports and is read back
+    assert read_breakdown("not json") is None and read_breakdown({"compute_s": "x"}) is None

@@ -10,7 +10,7 @@ from oracle.errors import InvalidConfigError
 from searchers import driver
 from searchers.driver import _OPTIMA, compare, exhaustive_optimum
 from searchers.experiment import load_experiment
-from searchers.suite import SUITE, bar, format_suite_table, run_suite, suite_experiments
+from searchers.suite import SUITE, SUITE_GENERALISE, bar, format_suite_table, run_suite, suite_experiments
 from searchers.testing import SyntheticEvaluator, brute_force_optimum
 
 from .conftest import CAP_BYTES, small_experiment
@@ -105,7 +105,36 @@ def test_every_suite_experiment_loads_with_a_legal_baseline_and_a_searchable_spa
     assert min(gpus) == 8 and max(gpus) == 1024
     for e in exps:
         assert e.space.size > 100 and e.space.contains(e.space.point_of(e.space.baseline))
-        assert "ilp" in e.space.values.get("pp_schedule", [])  # back in every space since issue 27
+        assert "ilp" in e.space.values.get("pp_schedule", [])  # searched in search mode since issue 27
+
+
+def test_the_generalisation_suite_spans_what_the_issue_asks():
+    exps = suite_experiments(suite="generalise")
+    assert [e.name for e in exps] == list(SUITE_GENERALISE) and len(exps) >= 12
+    assert not set(SUITE_GENERALISE) & set(SUITE)
+    gpus = [e.baseline.cluster.num_gpus for e in exps]
+    assert min(gpus) == 8 and max(gpus) == 1024
+    models = [e.baseline.model for e in exps]
+    assert any(m.is_moe for m in models) and any(not m.is_moe for m in models)
+    assert any(m.attention == "mla" for m in models)
+    vendors = {e.baseline.cluster.hardware.vendor.lower() for e in exps}
+    assert {"nvidia", "amd"} <= vendors
+    for e in exps:
+        assert e.space.size > 100 and e.space.contains(e.space.point_of(e.space.baseline))
+        assert "ilp" in e.space.values.get("pp_schedule", [])
+
+
+def test_unknown_suite_is_one_line():
+    with pytest.raises(InvalidConfigError, match="unknown suite 'nope'; valid: bundled, generalise"):
+        suite_experiments(suite="nope")
+
+
+def test_suite_reports_regret_at_15_trials_and_the_first_trial_in_the_2pct_band():
+    from searchers.suite import _best_within
+    assert _best_within([1.0, 2.0, 3.0], 2) == 2.0 and _best_within([None, None], 15) is None
+    assert _best_within([1.0, 2.0], 15) == 2.0  # a run that stopped early keeps its last best
+    assert driver.trials_to_within([90.0, 97.0, 98.0, 100.0], 100.0) == 3  # 1-based, the band edge included
+    assert driver.trials_to_within([90.0, 95.0], 100.0) is None
 
 
 def test_unknown_suite_experiment_is_one_line():
@@ -140,8 +169,14 @@ def test_run_suite_on_a_tiny_subset_has_compare_keys_and_the_bar():
     r = s["searchers"]["seed_llm"]["median_regret"]
     assert s["upper_bound"] >= s["optimum"]["tokens_per_s_per_gpu"] and s["optimum_method"] == "branch-and-bound"
     assert b["within_1pct"] == (r <= 0.01) and set(b["beats"]) == {"tpe"}
+    for name, r in s["searchers"].items():
+        early = [max(0.0, 1.0 - max(v for v in c[:15] if v is not None) / s["optimum"]["tokens_per_s_per_gpu"])
+                 for c in s["curves"][name]]
+        assert r["regrets_at_15"] == pytest.approx(early) and r["median_regret_at_15"] >= r["median_regret"] - 1e-12
+        assert len(r["trials_to_2pct"]) == 2
+    assert b["seed_llm_median_regret_at_15"] == s["searchers"]["seed_llm"]["median_regret_at_15"]
     text = format_suite_table(out)
-    assert "tiny-moe-h100-8" in text and "median regret" in text and "trials to 2%" in text
+    assert "tiny-moe-h100-8" in text and "median regret" in text and "trials to 2%" in text and "regret @15" in text
     json.dumps(out, default=str)
 
 
@@ -154,6 +189,11 @@ def test_bar_needs_both_the_regret_and_the_rivals():
     assert bar(suite(0.005, 0.001, 0.03))["met_on"] == 0  # GP better
     assert bar(suite(0.0, 0.0, 0.0))["met_on"] == 1  # all at the optimum: a tie at zero counts
     assert not math.isnan(bar(suite(None, 0.1, 0.1))["of"])
+    late = suite(0.0, 0.1, 0.1)
+    late["experiments"]["x"]["searchers"]["seed_llm"]["median_regret_at_15"] = 0.03
+    assert bar(late)["met_on"] == 0  # at the optimum by 30 trials, but not within 2% after 15
+    late["experiments"]["x"]["searchers"]["seed_llm"]["median_regret_at_15"] = 0.02
+    assert bar(late)["met_on"] == 1
 
 
 def test_cli_suite_json_on_a_tiny_subset(capsys, tmp_path, monkeypatch):
@@ -171,6 +211,7 @@ def test_cli_suite_json_on_a_tiny_subset(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv,msg", [
     (["compare", "--suite", "tiny-moe-h100-8"], "takes no experiment"),
+    (["compare", "--suite", "nope"], "takes a suite name (bundled, generalise), not 'nope'"),
     (["compare", "--experiments", "tiny-moe-h100-8"], "only applies with --suite"),
     (["compare"], "needs an experiment"),
     (["compare", "--suite", "--experiments", "nope", "--driver", "inprocess"], "unknown experiment"),
@@ -186,7 +227,11 @@ def test_seed_llm_behind_a_memory_wall_spends_no_seed_trial_on_rejections():
     exp = load_experiment("llama3.1-405b-h100-512")
     res = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"))
     assert res.prefilter_rejections == 1  # the baseline itself, always tried
-    assert res.proposer_stats["seed_memory_skips"] > 0
+    # the guided proposer takes over at the first fitting point and probes every candidate before its trial
+    assert res.proposer_stats["probes"] > 0 and res.proposer_trials["seed-planner"] >= 2
     assert res.best_tokens_per_s_per_gpu is not None
+    rounds = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"),
+                               options={"offline": "rounds"})
+    assert rounds.prefilter_rejections == 1 and rounds.proposer_stats["seed_memory_skips"] > 0
     again = driver.run_search(exp, "seed_llm", 12, 0, evaluator=driver.OracleEvaluator("simulate"))
     assert again.best_so_far == res.best_so_far and again.best_key == res.best_key  # deterministic

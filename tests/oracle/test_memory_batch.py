@@ -1,0 +1,82 @@
+"""The batch memory pre-filter (``memory_peaks``: numpy over configurations) agrees bit for bit with the scalar
+projection (``project_memory``, the same formula on one rank's floats), over random legal configurations
+(hypothesis), and the searchers' batch verdicts equal the one-by-one ones."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from oracle.config import RunConfig
+from oracle.errors import InvalidConfigError
+from oracle.memory import memory_peaks, project_memory
+from searchers.evaluator import OracleEvaluator, memory_result, memory_results
+from searchers.space import SearchSpace
+from tests.oracle.test_memory_properties import configs
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+EXTRAS = st.fixed_dictionaries({}, optional={
+    "grad_reduce_in_fp32": st.booleans(),
+    "fp8_param_gather": st.booleans(),
+    "fp8_recipe": st.sampled_from(["delayed", "mxfp8", "blockwise"]),
+    "optimizer": st.sampled_from(["adam", "muon"]),
+    "cuda_graph_impl": st.sampled_from(["none", "transformer_engine", "local", "full_iteration"]),
+    "moe_a2a_backend": st.sampled_from(["alltoall", "deepep", "hybridep"]),
+    "cpu_offloading": st.booleans(),
+    "cpu_offloading_num_layers": st.integers(0, 2),
+    "first_last_layers_bf16": st.booleans(),
+    "precision": st.sampled_from(["bf16", "fp8", "nvfp4"]),
+})
+
+
+def _legal(cfg: dict, extra: dict) -> RunConfig | None:
+    t = {**cfg["training"], **extra}
+    try:
+        return RunConfig.from_dict({"model": cfg["model"], "cluster": {"hardware": "b200", "num_gpus": cfg["num_gpus"]},
+                                    "training": t})
+    except InvalidConfigError:
+        return None
+
+
+@SETTINGS
+@given(st.lists(st.tuples(configs(), EXTRAS), min_size=1, max_size=8))
+def test_memory_peaks_are_the_scalar_peaks(cases):
+    runs = [r for r in (_legal(c, e) for c, e in cases) if r is not None]
+    assume(runs)
+    peaks, caps = memory_peaks(runs)
+    one = [project_memory(r, trees="none") for r in runs]
+    assert peaks.tolist() == [m.peak_bytes for m in one]  # exact: the same operations in the same order
+    assert caps.tolist() == [m.cap_bytes for m in one]
+    # the closed-form pre-filter and a projection's memory (simulator in-flight counts) run the same formula
+    for r, m in zip(runs, one):
+        assert project_memory(r, in_flight=[s.in_flight_microbatches for s in m.stages], trees="none") == m
+
+
+@lru_cache(maxsize=1)
+def _space() -> SearchSpace:
+    """Mixtral 8x22B on 32 MI355X (the benchmark's space, gbs smaller): a mix of pipeline depths in one batch."""
+    return SearchSpace(RunConfig.from_dict({"model": "mixtral-8x22b", "cluster": {"hardware": "mi355x", "num_gpus": 32},
+                                            "training": {"seq_len": 8192, "gbs": 128, "pp": 4, "vpp": 2, "ep": 8}}))
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False))
+def test_batch_verdicts_are_the_one_by_one_verdicts(rnd):
+    space, ev = _space(), OracleEvaluator()
+    runs = [space.run_of(p) for p in rnd.sample(space.points, 60)]
+    keys = [r.key() for r in runs]
+    batch = memory_results(ev, runs, keys)
+    assert batch == [memory_result(ev, r, k) for r, k in zip(runs, keys)]
+    assert any(v is None for v in batch) and any(v is not None for v in batch)  # fits and rejections both met
+
+
+def test_batch_verdicts_fall_back_one_by_one_when_the_batch_fails():
+    space, ev = _space(), OracleEvaluator()
+    runs = [space.run_of(p) for p in space.points[:5]]
+
+    class Broken(OracleEvaluator):
+        def memory_peaks(self, runs):
+            raise RuntimeError("boom")
+    assert memory_results(Broken(), runs, [""] * 5) == [memory_result(ev, r, "") for r in runs]
