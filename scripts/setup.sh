@@ -13,7 +13,9 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
 fi
-.venv/bin/python -m uv pip install -q --python .venv/bin/python -e ".[test]"
+# --compile-bytecode: uv installs no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set every fresh process
+# (Ray actors, test subprocesses) recompiles scipy, ray, ... from source (~1.3 s CPU each here)
+.venv/bin/python -m uv pip install -q --compile-bytecode --python .venv/bin/python -e ".[test]"
 # Headless Chromium renders the HTML report in a test (tests/raytune_primus/test_report.py skips without
 # it); installed from Debian's packages when missing and we may (root with apt-get), never fatal.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
