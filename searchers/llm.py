@@ -456,7 +456,7 @@ class LLMProposer:
 
     def _switch_to_fallback(self, why: str) -> None:
         """The offline proposer finishes the budget (the round-based one given rounds enough to spend it)."""
-        from searchers.seed_llm import offline_proposer
+        from searchers.offline import offline_proposer
         # the breakdown-guided proposer needs a scored trial with a time breakdown; without one the round-based
         # proposer finishes the budget (as seed_llm does offline)
         kind = self.offline if any(e.result.breakdown for e in self.history.ok()) else "rounds"

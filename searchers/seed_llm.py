@@ -21,29 +21,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from searchers.base import Candidate, SearchContext, Searcher, TrialResult, register
 from oracle.errors import InvalidConfigError
+from searchers.base import Candidate, SearchContext, Searcher, TrialResult, register
 from searchers.crossaxis import CrossAxisProposer
-from searchers.crossaxis import LABEL as ROUNDS_LABEL
-from searchers.guided import LABEL as GUIDED_LABEL
 from searchers.guided import GuidedProposer
 from searchers.history import History, diff
+from searchers.offline import OFFLINE, OFFLINE_LABELS, offline_proposer
 from searchers.seed import seed_plan
 from searchers.space import SearchSpace
 
-
-OFFLINE: tuple[str, ...] = ("guided", "rounds")
-"""Offline proposers: ``guided`` (breakdown-guided, :mod:`searchers.guided`) and ``rounds`` (round-based cross-axis,
-:mod:`searchers.crossaxis`)."""
-OFFLINE_LABELS: dict[str, str] = {"guided": GUIDED_LABEL, "rounds": ROUNDS_LABEL}
-
-
-def offline_proposer(kind: str, space: SearchSpace, history: History, context: Any, *, rounds: int = 4,
-                     per_round: int = 25, patience: int = 5) -> Any:
-    """The offline proposer ``kind`` (:data:`OFFLINE`) over a shared history, with the driver's context."""
-    if kind == "guided":
-        return GuidedProposer(space, history, context=context)
-    return CrossAxisProposer(space, history, context=context, rounds=rounds, per_round=per_round, patience=patience)
+__all__ = ["OFFLINE", "OFFLINE_LABELS", "SeedThenPropose", "offline_proposer"]
 
 
 @register("seed_llm")
