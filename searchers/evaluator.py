@@ -289,6 +289,16 @@ def trial_metrics(result: TrialResult) -> dict[str, Any]:
             "breakdown": dict(result.breakdown) if result.breakdown else None}
 
 
+def _breakdown_metric(metrics: Any) -> Any:
+    """The ``breakdown`` entry of trial metrics, nested as reported or flattened as Ray Tune hands results to its
+    searchers (``breakdown/compute_s``, ...: Tune's ``flatten_dict``)."""
+    nested = metrics.get("breakdown")
+    if nested is not None:
+        return nested
+    flat = {k.split("/", 1)[1]: v for k, v in metrics.items() if isinstance(k, str) and k.startswith("breakdown/")}
+    return flat or None
+
+
 def result_from_metrics(metrics: Any, *, key: str = "", training: Any = None) -> TrialResult:
     """Inverse of :func:`trial_metrics` (extra keys Tune adds are ignored; a malformed dict is 'failed')."""
     try:
@@ -302,7 +312,7 @@ def result_from_metrics(metrics: Any, *, key: str = "", training: Any = None) ->
                            peak_bytes=None if peak is None else float(peak) * GIB,
                            cap_bytes=None if cap is None else float(cap) * GIB,
                            iteration_time_s=metrics.get("iteration_time_s"), mfu=metrics.get("mfu"),
-                           reason=str(metrics.get("reason") or ""), breakdown=read_breakdown(metrics.get("breakdown")))
+                           reason=str(metrics.get("reason") or ""), breakdown=read_breakdown(_breakdown_metric(metrics)))
     except Exception as exc:  # a bad objective value is recorded, never a crash
         return TrialResult(status="failed", key=key, training=training,
                            reason=f"unreadable trial metrics: {_error_text(exc)}")

@@ -99,7 +99,10 @@ class SeedThenPropose(Searcher):
 
     # ------------------------------------------------------------------ ask / tell
     def suggest(self) -> Candidate | None:
-        if self._guided and self._proposer is None and any(e.result.breakdown for e in self.history.ok()):
+        if (self._guided and not isinstance(self._proposer, GuidedProposer)
+                and any(e.result.breakdown for e in self.history.ok())):
+            # also after the round-based proposer stood in: a driver that runs trials concurrently (Ray) can use
+            # up the seed plan before the first breakdown comes back
             self._proposer = self._make_proposer()
         if self._guided and isinstance(self._proposer, GuidedProposer):
             # from the first scored point on, the guided proposer orders everything: the seed planner's moves on

@@ -162,4 +162,7 @@ def test_the_time_breakdown_survives_the_ledger_and_the_trial_metrics(tmp_path):
     rows = read_rows(path)
     assert result_from_row(rows[0]).breakdown == bd and result_from_row(rows[1]).breakdown is None
     assert result_from_metrics(trial_metrics(res)).breakdown == bd  # what a Ray Tune trial reports and is read back
+    # Ray Tune hands its searchers the result flattened (``breakdown/compute_s``, ...): read the same
+    from ray.tune.utils import flatten_dict
+    assert result_from_metrics(flatten_dict(trial_metrics(res))).breakdown == bd
     assert read_breakdown("not json") is None and read_breakdown({"compute_s": "x"}) is None
