@@ -45,6 +45,20 @@ COST_AWARE = {"ilp", "zbv_greedy", "v_half", "v_min"}
 REFERENCE = HERE / "bench_projection_reference.json"
 
 
+def draw(space, pts, *, n: int, warm: int, seed: int):
+    """The benchmark's samples of a space, in one seeded order: (rng, sample, plain, fresh, warm) - ``n`` random
+    points, those of them on fixed-order schedules, ``n`` other fixed-order points, and ``warm`` fixed-order
+    points to warm the caches with; ``rng`` continues the draw (profile_projection.py profiles the same points)."""
+    rng = random.Random(seed)
+    sample = [space.run_of(p) for p in rng.sample(pts, min(n, len(pts)))]
+    plain = [r for r in sample if r.training.schedule not in COST_AWARE]
+    fresh = [space.run_of(p) for p in rng.sample(pts, min(n, len(pts)))]
+    fresh = [r for r in fresh if r.training.schedule not in COST_AWARE]
+    warmup = [space.run_of(p) for p in rng.sample(pts, min(warm, len(pts)))]
+    warmup = [r for r in warmup if r.training.schedule not in COST_AWARE]
+    return rng, sample, plain, fresh, warmup
+
+
 def _rate(fn, items) -> float:
     t0 = time.process_time()
     for x in items:
@@ -108,13 +122,7 @@ def main() -> int:
         space = SearchSpace(RunConfig.from_dict(spec))
         pts = space.points
         rates["enumerate_s"] = time.process_time() - t0
-        rng = random.Random(args.seed)
-        sample = [space.run_of(p) for p in rng.sample(pts, min(args.n, len(pts)))]
-        plain = [r for r in sample if r.training.schedule not in COST_AWARE]
-        fresh = [space.run_of(p) for p in rng.sample(pts, min(args.n, len(pts)))]
-        fresh = [r for r in fresh if r.training.schedule not in COST_AWARE]
-        warm = [space.run_of(p) for p in rng.sample(pts, min(args.warm, len(pts)))]
-        warm = [r for r in warm if r.training.schedule not in COST_AWARE]
+        rng, sample, plain, fresh, warm = draw(space, pts, n=args.n, warm=args.warm, seed=args.seed)
         aware_rng = random.Random(args.seed + 1)  # its own draw: the other samples stay as they were
         aware = [space.run_of(p) for p in aware_rng.sample(pts, min(20 * args.aware_n, len(pts)))]
         aware = [r for r in aware if r.training.schedule in COST_AWARE][:args.aware_n]

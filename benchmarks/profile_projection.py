@@ -14,13 +14,12 @@ import argparse
 import cProfile
 import io
 import pstats
-import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_projection import COST_AWARE, SPACES  # noqa: E402
+from benchmarks.bench_projection import SPACES, draw  # noqa: E402
 
 
 def _dump(prof: cProfile.Profile, path: Path, title: str) -> None:
@@ -49,14 +48,7 @@ def main() -> int:
     from searchers.space import SearchSpace
     name = next(k for k in SPACES if k.startswith(args.space))
     space = SearchSpace(RunConfig.from_dict(SPACES[name]))
-    pts = space.points
-    rng = random.Random(args.seed)
-    sample = [space.run_of(p) for p in rng.sample(pts, min(args.n, len(pts)))]
-    plain = [r for r in sample if r.training.schedule not in COST_AWARE]
-    fresh = [space.run_of(p) for p in rng.sample(pts, min(args.n, len(pts)))]
-    fresh = [r for r in fresh if r.training.schedule not in COST_AWARE]
-    warm = [space.run_of(p) for p in rng.sample(pts, min(args.warm, len(pts)))]
-    warm = [r for r in warm if r.training.schedule not in COST_AWARE]
+    _, sample, plain, fresh, warm = draw(space, space.points, n=args.n, warm=args.warm, seed=args.seed)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     short = args.space.split("-")[0]

@@ -306,12 +306,10 @@ class CrossAxisProposer:
         return None
 
     def _candidate(self, point: Mapping[str, Any], note: str, combo: tuple[int, ...] = ()) -> Candidate | None:
-        run, problems = self.space.validate(point)
-        if run is None or problems:
+        found = self.history.unseen_run(point, self._proposed)
+        if found is None:
             return None
-        key = run.key()
-        if key in self._proposed or self.history.knows(key):
-            return None
+        run, key = found
         return Candidate(values=self.space.point_of(run), phase="cross-axis", round=self.control.round,
                          proposer=self.label, note=note, meta={"key": key, "combo": combo})
 

@@ -162,12 +162,10 @@ class GuidedProposer:
             if share >= self.min_share:
                 ranked.append((-share, n, label, move))
         for _, _, label, move in sorted(ranked):
-            run, problems = self.space.validate({**inc.point, **move})
-            if run is None or problems:
+            found = self.history.unseen_run({**inc.point, **move}, self._proposed)
+            if found is None:
                 continue
-            key = run.key()
-            if key in self._proposed or self.history.knows(key):
-                continue
+            run, key = found
             values = self.space.point_of(run)
             if self.context is not None and not self._fits(values):
                 continue
@@ -250,12 +248,10 @@ class GuidedProposer:
         return {a: self.space.values[a][int(c)] for a, c in zip(self.space.axes, codes)}
 
     def _candidate(self, point: Mapping[str, Any], inc: Any, gain: float, kind: str) -> Candidate | None:
-        run, problems = self.space.validate(point)
-        if run is None or problems:
+        found = self.history.unseen_run(point, self._proposed)
+        if found is None:
             return None
-        key = run.key()
-        if key in self._proposed or self.history.knows(key):
-            return None
+        run, key = found
         values = self.space.point_of(run)
         moved = diff(values, inc.point)
         note = f"{kind} " + ", ".join(f"{k}={v}" for k, v in moved.items()) + f" (predicted x{math.exp(gain):.2f})"

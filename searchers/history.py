@@ -71,6 +71,17 @@ class History:
     def knows(self, key: str) -> bool:
         return key in self.by_key
 
+    def unseen_run(self, point: Mapping[str, Any], proposed: set[str] | frozenset[str] = frozenset()) -> Any:
+        """(run, key) of ``point`` when it is a legal configuration that is neither in ``proposed`` (a proposer's
+        keys already handed out) nor observed; None otherwise."""
+        run, problems = self.space.validate(point)
+        if run is None or problems:
+            return None
+        key = run.key()
+        if key in proposed or self.knows(key):
+            return None
+        return run, key
+
     def summary(self, k: int | None = None, *, sort: bool = False) -> list[dict[str, Any]]:
         """Compact rows (config diff vs baseline, tokens/s/GPU, memory, status, reason)."""
         base = self.space.point_of(self.space.baseline)
