@@ -415,6 +415,7 @@ def _mix_ranks(pp: int, m: int, costs: StageCosts, options: list[np.ndarray], ta
     return cur
 
 
+_BNB = "branch and bound"
 _DUALS: dict[tuple[int, int], list[np.ndarray]] = {}
 """LP duals of earlier search-mode problems per (pp, m): the rows of the MILP depend on (pp, m) only, so each
 one gives a valid (Lagrangian) lower bound for any other problem of that size."""
@@ -459,8 +460,12 @@ def _solve_within_gap(pp: int, m: int, costs: StageCosts, cap: float, cap_note: 
         return _fallback(zb, zb_span, f"{model}; ZB-H1 used")
     r_idx, c_idx, v, lo, n_rows, var_lo, var_hi, n_ops, fb = model
 
+    crit = lower_bound_s(pp, 1, "interleaved", m, costs)
+
     def done(order: Order | list[np.ndarray], span: float, bound: float, how: str) -> WPlacement:
-        exact = span <= bound * (1 + MIP_REL_GAP)
+        # 'optimal' is judged on a bound every path computes alike: the LP or a kept dual that proves the
+        # search gap would give a history-dependent flag (a kept dual is weaker than this problem's own LP)
+        exact = span <= (max(crit, bound) if how == _BNB else crit) * (1 + MIP_REL_GAP)
         ops = order if order is zb else _ops(order)  # type: ignore[arg-type]
         what = (f"optimal W placement (gap <= {MIP_REL_GAP:g})" if exact else
                 f"W placement within {gap:g} of the optimum (search gap)")
@@ -472,7 +477,6 @@ def _solve_within_gap(pp: int, m: int, costs: StageCosts, cap: float, cap_note: 
     if _better(heur_span, best_span):  # not on float noise: the answer must not depend on the scale
         best, best_span, who = heur_order, heur_span, "the list-scheduled placement"
     if best is not None:
-        crit = lower_bound_s(pp, 1, "interleaved", m, costs)
         if best_span <= crit * (1 + gap):
             return done(best, best_span, crit, who + " meets the critical-path bound")
     n_var = 2 * n_ops + 1
@@ -481,7 +485,8 @@ def _solve_within_gap(pp: int, m: int, costs: StageCosts, cap: float, cap_note: 
     if best is not None:
         kept = _dual_bound(key, A, lo, var_lo, var_hi, best_span)
         if best_span <= kept * (1 + gap):
-            return done(best, best_span, kept, who + " meets an earlier problem's dual bound")
+            # kept <= this problem's LP bound, so the LP bound is met too: the note says so, as without duals
+            return done(best, best_span, kept, who + " meets the LP bound")
     cost = np.zeros(n_var)
     cost[-1] = 1.0
     lp = linprog(cost, A_ub=-A, b_ub=-lo, bounds=np.stack([var_lo, var_hi], axis=1), method="highs")
@@ -521,7 +526,7 @@ def _solve_within_gap(pp: int, m: int, costs: StageCosts, cap: float, cap_note: 
             best, best_span = order, span
     if res.status == 0 and best is not None:
         bound = getattr(res, "mip_dual_bound", None)
-        return done(best, best_span, best_span / (1 + gap) if bound is None else float(bound), "branch and bound")
+        return done(best, best_span, best_span / (1 + gap) if bound is None else float(bound), _BNB)
     capped = res.status == 1 and (res.mip_node_count is None or res.mip_node_count < budget.node_limit)
     capped_note = (f"; the {budget.safety_time_limit_s:g} s safety time cap stopped the solver, so this order "
                    f"depends on machine speed" if capped else "")
