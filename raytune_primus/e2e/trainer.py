@@ -5,8 +5,11 @@ Each process is one "device" (``threads`` cores). The model is built from the sa
 modules benchmark mode times (oracle.benchmark.torch_layers), in the dtype benchmark mode times them in (bf16
 where the CPU runs it natively, else fp32: oracle.benchmark.dtype) with fp32 master weights and Adam:
 
-* data parallel: DistributedDataParallel (bucketed gradient all-reduce overlapped with backward) and
-  gradient accumulation over micro-batches (no_sync until the last);
+* data parallel: Megatron-Core's DDP without overlap (``overlap_grad_reduce=false``): the module is called
+  directly, gradients accumulate over the micro-batches, then one flat bucket is all-reduced after the last
+  backward (``finish_grad_sync``). Not torch's DistributedDataParallel: its forward wrapper (~1.3 ms per
+  micro-batch on a 2-core AVX2 host) and its reducer thread, which on a CPU "device" shares the core with the
+  backward it is meant to hide behind, are torch's, not the Megatron mechanism the oracle prices;
 * pipeline parallel: torch.distributed.pipelining stages and a real schedule (1F1B by default);
 * expert parallel: the benchmarked MoE module with its dispatch and combine exchanged by all-to-all
   (autograd through the exchange), experts split across ranks; the dense parameters'
@@ -175,9 +178,11 @@ def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
     stage_idx = rank if t.pp > 1 else 0
     model = build_stage(run, stage_idx, job.get("dtype", "bf16"))
     params = [p for p in model.parameters()]
-    ddp = None
-    if t.pp == 1 and t.ep == 1 and dp > 1:
-        ddp = nn.parallel.DistributedDataParallel(model)
+    dense = [p for n, p in model.named_parameters() if "experts_" not in n]
+    if dp > 1:  # data-parallel replicas start from rank 0's weights (experts: each rank's own)
+        with torch.no_grad():
+            for p in dense:
+                dist.broadcast(p, 0)
     opt = MasterAdam(params)
     schedule = None
     if t.pp > 1:
@@ -185,7 +190,6 @@ def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
         stage = pl.PipelineStage(model, stage_idx, t.pp, torch.device("cpu"))
         cls = {"1f1b": pl.Schedule1F1B, "gpipe": pl.ScheduleGPipe}.get(t.schedule, pl.Schedule1F1B)
         schedule = cls(stage, n_micro, loss_fn=loss_fn)
-    dense = [p for n, p in model.named_parameters() if "experts_" not in n]
 
     def step(it: int) -> None:
         ids, labels = _batches(run, n_micro, seed=it * 97 + (rank if t.pp == 1 else 0))
@@ -199,13 +203,9 @@ def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
         else:
             for mb in range(n_micro):
                 sl = slice(mb * t.mbs, (mb + 1) * t.mbs)
-                last = mb == n_micro - 1
-                if ddp is not None and not last:
-                    with ddp.no_sync():
-                        (loss_fn(ddp(ids[sl]), labels[sl]) / n_micro).backward()
-                else:
-                    (loss_fn((ddp or model)(ids[sl]), labels[sl]) / n_micro).backward()
-            if t.ep > 1 and dp > 1:  # dense gradients across the data-parallel ranks (experts are sharded),
+                # the global batch's mean loss: summing the ranks' gradients then gives its gradient
+                (loss_fn(model(ids[sl]), labels[sl]) / (n_micro * dp)).backward()
+            if dp > 1:  # the dense gradients (EP: experts are sharded) across the data-parallel ranks,
                 grads = [p.grad for p in dense if p.grad is not None]  # one flat bucket, as Megatron's buckets
                 flat = torch._utils._flatten_dense_tensors(grads)
                 dist.all_reduce(flat)
@@ -223,11 +223,18 @@ def worker(rank: int, job_json: str, port: int, out_path: str) -> None:
             dist.barrier()
         if it >= int(job["warmup"]):
             times.append(time.perf_counter() - t0)
+    in_sync = None
+    if world > 1 and t.pp == 1:  # data-parallel replicas hold the same dense weights after every step
+        mine = torch.stack([p.detach().double().sum() for p in dense]) if dense else torch.zeros(1)
+        seen = [torch.zeros_like(mine) for _ in range(world)]
+        dist.all_gather(seen, mine)
+        in_sync = all(bool(torch.equal(seen[0], x)) for x in seen[1:])
     if rank == 0:
         it_s = min(times) if job.get("stat") == "min" else statistics.median(times)
         with open(out_path, "w") as fh:
             json.dump({"iteration_s": it_s, "iteration_times_s": times,
-                       "tokens_per_s": t.gbs * t.seq_len / it_s, "world": world, "microbatches": n_micro}, fh)
+                       "tokens_per_s": t.gbs * t.seq_len / it_s, "world": world, "microbatches": n_micro,
+                       "replicas_in_sync": in_sync}, fh)
     if world > 1:
         dist.destroy_process_group()
 

@@ -58,6 +58,8 @@ def test_trainer_runs_every_parallelism(job):
     assert res["world"] == 2 and len(res["iteration_times_s"]) == 2
     assert res["tokens_per_s"] > 0 and math.isfinite(res["tokens_per_s"])
     assert res["microbatches"] == (4 if "pp" in job.name else 2)
+    # each rank trained on its own data: only the gradient all-reduce keeps the replicas' weights equal
+    assert res["replicas_in_sync"] is (None if "pp" in job.name else True)
 
 
 def test_ep_moe_needs_an_even_split():
