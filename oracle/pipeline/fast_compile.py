@@ -214,6 +214,25 @@ class LazySteps(Sequence):
     __hash__ = None  # type: ignore[assignment]
 
 
+def _chain_tuples(key: np.ndarray, prev: np.ndarray, fold: np.ndarray, dep: np.ndarray, bnd: np.ndarray,
+                  ci: np.ndarray, n_keys: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    """The chain's step tuples from its columns. The replay reads a step's key, predecessor and dependency as
+    list indices: the keys are made in step order and a predecessor or dependency is the very int object of the
+    key it names (as the step-by-step fold shares them), which keeps the loop's reads in cache (fresh ints per
+    column replay ~2 % slower)."""
+    if len(key) == 0:
+        return ()
+    keys = key.tolist()
+    by_key: list[int | None] = [None] * (n_keys + 2)  # key k at k + 1; -1 (no step) at 0
+    by_key[0] = -1
+    list(map(by_key.__setitem__, (key + 1).tolist(), keys))
+
+    def named(col: np.ndarray) -> Sequence[int]:
+        idx = (col + 1).tolist()
+        return [by_key[idx[0]]] if len(idx) == 1 else itemgetter(*idx)(by_key)  # type: ignore[list-item]
+    return tuple(zip(keys, named(prev), fold.tolist(), named(dep), bnd.tolist(), ci.tolist()))
+
+
 def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray, gci: np.ndarray,
                  perm: np.ndarray, offsets: np.ndarray, n_keys: int
                  ) -> tuple[tuple[tuple[int, int, int, int, int, int], ...], tuple[tuple[int, int], ...]]:
@@ -252,7 +271,7 @@ def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarr
     bnd = np.where(foldable, -1, b1)
     sel = np.flatnonzero(emitted)
     order = sel[np.argsort(at[sel], kind="stable")]
-    chain = tuple(zip(*(col[order].tolist() for col in (own, prev, fold, dep, bnd, gci))))
+    chain = _chain_tuples(own[order], prev[order], fold[order], dep[order], bnd[order], gci[order], n_keys)
     tails = []
     for r in range(len(offsets) - 1):
         lo, hi = int(offsets[r]), int(offsets[r + 1])
