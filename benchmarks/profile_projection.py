@@ -6,7 +6,9 @@
 For each ``--what`` phase, profiles ``--n`` random legal points of the space (bench_projection.py's SPACES, the
 same sampling) and writes ``<space>-<phase>-<tag>.txt``: the profile sorted by cumulative and by own time.
 Phases: ``prefilter`` (``project_memory(trees='none')`` one by one, and the batch ``memory_peaks`` where the tree
-has it), ``cold`` (search-mode projections of first points), ``steady`` (new points after ``--warm`` others).
+has it), ``cold`` (search-mode projections of first points), ``steady`` (new points after ``--warm`` others),
+``validate`` (``validate_rows`` of ``--n`` + 1 fresh rows of the Mixtral space, benchmarks/bench_validate.py's,
+after its first row; written as ``validate-fresh-<tag>.txt``).
 """
 from __future__ import annotations
 
@@ -70,6 +72,16 @@ def main() -> int:
             one(r)
         prof.disable()
         _dump(prof, out / f"{short}-cold-{args.tag}.txt", f"search-mode projections, {len(plain)} first points")
+    if "validate" in whats:
+        from benchmarks.bench_validate import rows_of
+        from oracle.validate import validate_rows
+        rows = rows_of(args.n + 1, args.seed)
+        validate_rows(rows[:1])  # start-up: imports, model card, hardware profile
+        prof = cProfile.Profile()
+        prof.enable()
+        validate_rows(rows[1:])
+        prof.disable()
+        _dump(prof, out / f"validate-fresh-{args.tag}.txt", f"validate_rows of {args.n} fresh Mixtral rows")
     if "steady" in whats:
         for r in warm:
             one(r)

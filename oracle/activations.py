@@ -21,10 +21,11 @@ exactly under ``MemoryAssumptions(flash_attention=False, dropout=True)`` (tests/
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from oracle.config import RunConfig
+from oracle.dataclass_copy import replace_fast
 from oracle.errors import InvalidConfigError
 from oracle.model_card import ModelCard
 from oracle.opgraph import (ATTENTION, BF16, DEFAULT_RECOMPUTE_MODULES, FP32, GEMM, INT64, KEPT, MASK, RECOMPUTE_MODULES,
@@ -240,7 +241,7 @@ def _with_saved(modules: Sequence[Module], ops: Sequence[Op], prefix: str = "") 
     for op, droppers in zip(ops, recompute_droppers(ops)):
         saved[prefix + module_of(op.name)] += op.saved  # KeyError: an op whose module the block lacks
         by[prefix + module_of(op.name)] += droppers
-    return [replace(m, tensors=tuple(saved[m.name]), recomputed_by=tuple(by[m.name])) for m in modules]
+    return [replace_fast(m, tensors=tuple(saved[m.name]), recomputed_by=tuple(by[m.name])) for m in modules]
 
 
 # ---------------------------------------------------------------------------------- selective recompute
@@ -393,7 +394,8 @@ def _head(card: ModelCard, s: Shape, holds_weight: bool) -> Block:
 def _scaled(mods: list[Module], n: int) -> tuple[Module, ...]:
     if n == 1:
         return tuple(mods)
-    return tuple(replace(m, params=m.params * n, tensors=tuple(replace(t, bytes=t.bytes * n) for t in m.tensors))
+    return tuple(replace_fast(m, params=m.params * n,
+                              tensors=tuple(replace_fast(t, bytes=t.bytes * n) for t in m.tensors))
                  for m in mods)
 
 
@@ -408,7 +410,7 @@ def _mtp(card: ModelCard, s: Shape, kind: str) -> tuple[Block, Block]:
             Module("mtp_norms", 2 * card.norm_params(h), (Saved("enorm_input", Ts * h * BF16),
                                                           Saved("hnorm_input", Ts * h * BF16))),
             Module("mtp_eh_proj", 2 * h * h / s.graph.tp, (Saved("input", Ts * 2 * h * BF16),), gemm=True)]
-    mods += [replace(m, name=f"mtp_layer.{m.name}") for m in layer.modules]
+    mods += [replace_fast(m, name=f"mtp_layer.{m.name}") for m in layer.modules]
     # full recompute checkpoints the MTP layer's hidden-state input (Megatron MTP _checkpointed_forward):
     # the layer's 'kept' input norm tensor
     body = make_block(f"mtp x{n}", _scaled(mods, n))
@@ -416,32 +418,77 @@ def _mtp(card: ModelCard, s: Shape, kind: str) -> tuple[Block, Block]:
     return body, head
 
 
-@dataclass(frozen=True, slots=True)
 class Blocks:
-    """The blocks of a model at one shape (cached per (card, shape))."""
+    """The blocks of a model at one shape (cached per (card, shape)). Each part is built the first time it is
+    read (a model without dense layers, tied embeddings or MTP modules never builds those parts): the same
+    blocks, only those a projection reads."""
 
-    dense: Block
-    moe: Block | None
-    embedding: Block
-    head: Block
-    """Final norm + output layer holding the output weight + loss."""
-    head_no_weight: Block
-    """Same without the output weight (tied, on the embedding's own chunk)."""
-    mtp: Block | None
-    """MTP norms, projection and layer (recomputable)."""
-    mtp_head: Block | None
-    """MTP final norms, logits and losses (kept, like the main head)."""
+    __slots__ = ("_card", "_shape", "_parts")
+
+    def __init__(self, card: ModelCard, s: Shape) -> None:
+        self._card, self._shape = card, s
+        self._parts: dict[str, Block | None] = {}
+
+    def _part(self, name: str) -> Block | None:
+        parts = self._parts
+        if name in parts:
+            return parts[name]
+        card, s = self._card, self._shape
+        if name in ("mtp", "mtp_head"):
+            mtp = _mtp(card, s, "moe" if card.is_moe else "dense") if card.mtp_layers else (None, None)
+            parts["mtp"], parts["mtp_head"] = mtp
+        else:
+            parts[name] = _BLOCK_PARTS[name](card, s)
+        return parts[name]
+
+    @property
+    def dense(self) -> Block:
+        return self._part("dense")  # type: ignore[return-value]
+
+    @property
+    def moe(self) -> Block | None:
+        return self._part("moe")
+
+    @property
+    def embedding(self) -> Block:
+        return self._part("embedding")  # type: ignore[return-value]
+
+    @property
+    def head(self) -> Block:
+        """Final norm + output layer holding the output weight + loss."""
+        return self._part("head")  # type: ignore[return-value]
+
+    @property
+    def head_no_weight(self) -> Block:
+        """Same without the output weight (tied, on the embedding's own chunk)."""
+        return self._part("head_no_weight")  # type: ignore[return-value]
+
+    @property
+    def mtp(self) -> Block | None:
+        """MTP norms, projection and layer (recomputable)."""
+        return self._part("mtp")
+
+    @property
+    def mtp_head(self) -> Block | None:
+        """MTP final norms, logits and losses (kept, like the main head)."""
+        return self._part("mtp_head")
 
     def layer(self, kind: str) -> Block:
-        return self.moe if kind == "moe" else self.dense  # type: ignore[return-value]
+        return self._part("moe" if kind == "moe" else "dense")  # type: ignore[return-value]
+
+
+_BLOCK_PARTS = {
+    "dense": lambda card, s: _layer(card, s, "dense"),
+    "moe": lambda card, s: _layer(card, s, "moe") if card.is_moe else None,
+    "embedding": _embedding,
+    "head": lambda card, s: _head(card, s, True),
+    "head_no_weight": lambda card, s: _head(card, s, False),
+}
 
 
 @lru_cache(maxsize=2048)
 def blocks(card: ModelCard, s: Shape) -> Blocks:
-    mtp = _mtp(card, s, "moe" if card.is_moe else "dense") if card.mtp_layers else (None, None)
-    return Blocks(dense=_layer(card, s, "dense"), moe=_layer(card, s, "moe") if card.is_moe else None,
-                  embedding=_embedding(card, s), head=_head(card, s, True),
-                  head_no_weight=_head(card, s, False), mtp=mtp[0], mtp_head=mtp[1])
+    return Blocks(card, s)
 
 
 def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None = None,

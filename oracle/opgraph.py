@@ -26,6 +26,8 @@ from functools import lru_cache
 from math import ceil
 from typing import Any, Literal, get_args
 
+from oracle.dataclass_copy import replace_fast
+
 BF16 = 2
 FP32 = 4
 FP8 = 1
@@ -602,17 +604,21 @@ def _layer_ops(card, s: Shapes, kind: str, window: int | None) -> tuple[Op, ...]
 
 
 def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]:
-    attn = [replace(op, block=ATTN) for op in attention_ops(card, s, window)]
+    blocked = [(op, ATTN) for op in attention_ops(card, s, window)]
     if kind == "moe":
-        mlp = [replace(op, block=ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
+        blocked += [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
     else:
-        mlp = [replace(op, block=MLP) for op in dense_mlp_block_ops(card, s)]
-    return _with_wgrad_traffic(s, attn + mlp)
+        blocked += [(op, MLP) for op in dense_mlp_block_ops(card, s)]
+    # each op tagged with its block and, a trainable GEMM, its weight-gradient traffic (_with_wgrad_traffic):
+    # one copy per op
+    return [replace_fast(op, block=block, wgrad_c_bytes=s.wgrad_c_bytes) if op.kind == GEMM and op.has_wgrad
+            else replace_fast(op, block=block) for op, block in blocked]
 
 
 def _with_wgrad_traffic(s: Shapes, ops: list[Op]) -> list[Op]:
     """Each trainable GEMM's weight-gradient traffic per element as the run's framework moves it."""
-    return [replace(op, wgrad_c_bytes=s.wgrad_c_bytes) if op.kind == GEMM and op.has_wgrad else op for op in ops]
+    return [replace_fast(op, wgrad_c_bytes=s.wgrad_c_bytes) if op.kind == GEMM and op.has_wgrad else op
+            for op in ops]
 
 
 def embedding_ops(card, s: Shapes) -> list[Op]:

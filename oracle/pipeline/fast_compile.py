@@ -151,8 +151,10 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
     op_counts = np.bincount(gci, minlength=pp * 4 * vpp).reshape(pp, 4 * vpp)
     with _collector_paused():
         order = tuple(array_to_ops(ops[offsets[r]:offsets[r + 1]], vpp) for r in range(pp))
-        steps = flat_rows(rank, own, d1, b1, d2, gci, perm)
-    return dict(
+        chain, tails = fold_columns(rank, own, d1, b1, gci, perm, offsets, 3 * m * n_stages)
+    # the per-op steps only a timeline (and a Gantt chart) reads: built on first use
+    steps = LazySteps((rank, own, d1, b1, d2, gci), perm)
+    return dict(chain=chain, tails=tails,
         order=order, steps=steps, step_slots=perm.astype(np.intp),
         rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * n_stages,
         op_counts=tuple(tuple(row) for row in op_counts.tolist()),
@@ -179,6 +181,106 @@ def flat_rows(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray,
     """The timed pass's steps from per-slot columns (slot = rank offset + position) and an evaluation
     order ``perm`` (the steps' slots): one int tuple per op, (rank, key, dep1, boundary1, dep2, cost index)."""
     return tuple(zip(*(col[perm].tolist() for col in (rank, own, d1, b1, d2, gci))))
+
+
+class LazySteps(Sequence):
+    """``CompiledOrder.steps`` (see :func:`flat_rows`) from the compiler's columns, built on first use: a
+    projection replays the folded chain and never reads them."""
+
+    __slots__ = ("_cols", "_perm", "_rows")
+
+    def __init__(self, cols: tuple[np.ndarray, ...], perm: np.ndarray) -> None:
+        self._cols, self._perm = cols, perm
+        self._rows: tuple[tuple[int, int, int, int, int, int], ...] | None = None
+
+    def rows(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+        if self._rows is None:
+            with _collector_paused():
+                self._rows = flat_rows(*self._cols, self._perm)
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self._perm)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.rows()[i]
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int]]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _chain_tuples(key: np.ndarray, prev: np.ndarray, fold: np.ndarray, dep: np.ndarray, bnd: np.ndarray,
+                  ci: np.ndarray, n_keys: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    """The chain's step tuples from its columns. The replay reads a step's key, predecessor and dependency as
+    list indices: the keys are made in step order and a predecessor or dependency is the very int object of the
+    key it names (as the step-by-step fold shares them), which keeps the loop's reads in cache (fresh ints per
+    column replay ~2 % slower)."""
+    if len(key) == 0:
+        return ()
+    keys = key.tolist()
+    by_key: list[int | None] = [None] * (n_keys + 2)  # key k at k + 1; -1 (no step) at 0
+    by_key[0] = -1
+    list(map(by_key.__setitem__, (key + 1).tolist(), keys))
+
+    def named(col: np.ndarray) -> Sequence[int]:
+        idx = (col + 1).tolist()
+        return [by_key[idx[0]]] if len(idx) == 1 else itemgetter(*idx)(by_key)  # type: ignore[list-item]
+    return tuple(zip(keys, named(prev), fold.tolist(), named(dep), bnd.tolist(), ci.tolist()))
+
+
+def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray, gci: np.ndarray,
+                 perm: np.ndarray, offsets: np.ndarray, n_keys: int
+                 ) -> tuple[tuple[tuple[int, int, int, int, int, int], ...], tuple[tuple[int, int], ...]]:
+    """``CompiledOrder``'s (chain, tails) from per-slot columns and the evaluation order ``perm``: the same fold
+    as ``simulator.fold_steps`` (which walks the steps one by one), computed with numpy. A rank's steps come in
+    its slot order (the rank predecessor first), so "the rank's previous op" is the previous slot."""
+    n = len(own)
+    slots = np.arange(n, dtype=np.int64)
+    awaited = np.zeros(n_keys + 1, dtype=bool)
+    awaited[d1[b1 >= 0]] = True
+    # an op no other rank waits for and with no cross-rank input folds into its rank's next op
+    foldable = (b1 < 0) & ~awaited[own]
+    start = offsets[rank]  # the slot of each slot's rank's first op
+    first = slots == start
+    last = slots == offsets[rank + 1] - 1
+    next_foldable = np.zeros(n, dtype=bool)
+    next_foldable[:-1] = foldable[1:] & ~last[:-1]
+    # emitted: every other op, and a foldable one followed by another (it becomes a step of its own, emitted
+    # where that next one is met); each evaluation position then emits at most one step
+    emitted = ~foldable | next_foldable
+    pos = np.empty(n, dtype=np.int64)
+    pos[perm] = slots
+    at = pos.copy()
+    standalone = np.flatnonzero(foldable & next_foldable)
+    at[standalone] = pos[standalone + 1]
+    # the rank predecessor's key: the latest emitted op before it on the rank
+    latest = np.maximum.accumulate(np.where(emitted, slots, -1))
+    before = np.full(n, -1, dtype=np.int64)
+    before[1:] = latest[:-1]
+    before[before < start] = -1
+    prev = np.where(before >= 0, own[before], -1)
+    fold = np.full(n, -1, dtype=np.int64)
+    fold[1:] = np.where(foldable[:-1] & ~first[1:], gci[:-1], -1)
+    fold[foldable] = -1
+    dep = np.where(foldable | (b1 < 0), -1, d1)
+    bnd = np.where(foldable, -1, b1)
+    sel = np.flatnonzero(emitted)
+    order = sel[np.argsort(at[sel], kind="stable")]
+    chain = _chain_tuples(own[order], prev[order], fold[order], dep[order], bnd[order], gci[order], n_keys)
+    tails = []
+    for r in range(len(offsets) - 1):
+        lo, hi = int(offsets[r]), int(offsets[r + 1])
+        if lo == hi:
+            tails.append((-1, -1))
+            continue
+        e = int(latest[hi - 1])
+        tails.append((int(own[e]) if e >= lo else -1, int(gci[hi - 1]) if foldable[hi - 1] else -1))
+    return chain, tuple(tails)
 
 
 def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.ndarray, n: int,

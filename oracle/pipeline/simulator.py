@@ -75,39 +75,49 @@ class CompiledOrder:
     """Peak micro-batch-chunks alive per rank (order-only)."""
     splits_bw: bool
     """True when the order uses separate B and W ops."""
-    chain: tuple[tuple[int, int, int, int, int, int], ...] = field(init=False, repr=False)
+    chain: tuple[tuple[int, int, int, int, int, int], ...] | None = field(default=None, repr=False)
     """The steps as the timed pass reads them: (key, rank predecessor's key, folded cost index, cross-rank
     dependency, its boundary, cost index). A dependency on the same rank (the op's own F or B, the turn
     of a V) finished no later than the rank predecessor, so it cannot set the start and is dropped (-1,
     the sentinel). An op no other rank waits for and with no cross-rank input (a W, stage 0's B, the
     last stage's F...) only delays its rank's next op: it is folded into that op as one cost added to
-    the predecessor's end (one op at most, so the same float additions: bit-identical times)."""
-    tails: tuple[tuple[int, int], ...] = field(init=False, repr=False)
+    the predecessor's end (one op at most, so the same float additions: bit-identical times).
+    None at construction: folded from ``steps`` (:func:`fold_steps`); the vectorised compiler passes the
+    same fold computed with numpy (``fast_compile.fold_columns``)."""
+    tails: tuple[tuple[int, int], ...] | None = field(default=None, repr=False)
     """Per rank (its last emitted key, a folded cost index after it): the rank's end."""
 
     def __post_init__(self) -> None:
-        # b1 >= 0 exactly when d1 sits on another rank (compile_order_reference, fast_compile)
-        awaited = {d1 for _r, _key, d1, b1, _d2, _ci in self.steps if b1 >= 0}
-        prev = [-1] * self.pp
-        fold = [-1] * self.pp  # cost index of the op folded into the rank's next one (-1: none)
-        fold_key = [-1] * self.pp
-        chain = []
-        for r, key, d1, b1, _d2, ci in self.steps:
-            if b1 < 0 and key not in awaited:
-                if fold[r] >= 0:  # a second such op in a row: the first becomes a step of its own
-                    chain.append((fold_key[r], prev[r], -1, -1, -1, fold[r]))
-                    prev[r] = fold_key[r]
-                fold[r], fold_key[r] = ci, key
-                continue
-            chain.append((key, prev[r], fold[r], d1 if b1 >= 0 else -1, b1, ci))
-            prev[r], fold[r] = key, -1
-        object.__setattr__(self, "chain", tuple(chain))
-        object.__setattr__(self, "tails", tuple(zip(prev, fold)))
+        if self.chain is None or self.tails is None:
+            chain, tails = fold_steps(self.steps, self.pp)
+            object.__setattr__(self, "chain", chain)
+            object.__setattr__(self, "tails", tails)
 
     @property
     def flat(self) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
         """The steps with their slots: (rank, slot, key, dep1, boundary1, dep2, global cost index)."""
         return tuple((r, slot, *rest) for (r, *rest), slot in zip(self.steps, self.step_slots.tolist()))
+
+
+def fold_steps(steps: Sequence[tuple[int, int, int, int, int, int]], pp: int
+               ) -> tuple[tuple[tuple[int, int, int, int, int, int], ...], tuple[tuple[int, int], ...]]:
+    """(chain, tails) of :class:`CompiledOrder` from its steps, one op at a time (the reference fold)."""
+    # b1 >= 0 exactly when d1 sits on another rank (compile_order_reference, fast_compile)
+    awaited = {d1 for _r, _key, d1, b1, _d2, _ci in steps if b1 >= 0}
+    prev = [-1] * pp
+    fold = [-1] * pp  # cost index of the op folded into the rank's next one (-1: none)
+    fold_key = [-1] * pp
+    chain = []
+    for r, key, d1, b1, _d2, ci in steps:
+        if b1 < 0 and key not in awaited:
+            if fold[r] >= 0:  # a second such op in a row: the first becomes a step of its own
+                chain.append((fold_key[r], prev[r], -1, -1, -1, fold[r]))
+                prev[r] = fold_key[r]
+            fold[r], fold_key[r] = ci, key
+            continue
+        chain.append((key, prev[r], fold[r], d1 if b1 >= 0 else -1, b1, ci))
+        prev[r], fold[r] = key, -1
+    return tuple(chain), tuple(zip(prev, fold))
 
 
 def _key(cls: int, mb: int, v: int, m: int, n_stages: int) -> int:
