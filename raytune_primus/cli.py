@@ -461,8 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     e2.add_argument("--iterations", type=_positive_int, default=8,
                     help="most timed trainer iterations per run (fewer when the budget asks; default 8)")
     e2.add_argument("--rounds", type=_positive_int, default=3,
-                    help="most rounds of (benchmark a run's layers, then the run), per run keeping the quiet round "
-                         "with the fastest run and the projection from its own benchmark (default 3; fewer when "
+                    help="most rounds of (benchmark a run's layers, then the run), per run reporting the median over "
+                         "its quiet rounds of the measured and of the projected tokens/s (default 3; fewer when "
                          "the budget asks)")
     e2.add_argument("--budget", type=float, default=240.0, metavar="S",
                     help="seconds for calibration and the rounds, waits for quiet not included (default 240)")

@@ -108,21 +108,44 @@ def test_calibrating_two_processes_measures_the_link_and_the_per_collective_cost
     assert "all-to-all issued after" in data["efficiency"]["collective_launch_s"]["source"]
 
 
-def test_runner_pairs_each_run_with_the_benchmark_of_its_own_round(monkeypatch, tmp_path, monitor):
-    """Per run, the reported measurement is the fastest round's and the projection is the one made from the
-    benchmark of that same round; every round's error is kept."""
+def test_runner_reports_the_median_of_each_side_over_the_rounds(monkeypatch, tmp_path, monitor):
+    """Per run, the reported measurement is the median over the rounds of the measured tokens/s, and the
+    projection the median of the projections each round's own benchmark made; every round's error is kept."""
     calls: dict[str, int] = {}
 
     def fake_run(job):
         calls[job.name] = calls.get(job.name, 0) + 1
-        tok = {1: 1000.0, 2: 3000.0, 3: 2000.0}[calls[job.name]]  # round 2 is the fastest
+        tok = {1: 1000.0, 2: 3000.0, 3: 2000.0}[calls[job.name]]  # round 3's is the median
         return {"tokens_per_s": tok, "iteration_s": 1.0, "iteration_times_s": [1.0]}
     monkeypatch.setattr("raytune_primus.e2e.trainer.run_job", fake_run)
     res = runner.run_e2e(profile="cpu-host", cache_dir=str(tmp_path), repeats=1, iterations=1, rounds=3,
                          seq_len=64, log=lambda *a: None)
     for r in res["runs"]:
-        assert r["measured_tokens_per_s"] == 3000.0 and len(r["round_errors"]) == 3
-        assert r["benchmark_error"] == pytest.approx(r["round_errors"][1])
+        assert r["measured_tokens_per_s"] == 2000.0 and len(r["round_errors"]) == 3
+        assert r["measured_range_tokens_per_s"] == [1000.0, 3000.0] and r["reported_rounds"] == [1, 2, 3]
+        projected = sorted((1 + e) * t for e, t in zip(r["round_errors"], (1000.0, 3000.0, 2000.0)))
+        assert r["benchmark_projected"] == pytest.approx(projected[1])
+
+
+def _rows(*runs):
+    return [{"name": n, "measured_tokens_per_s": (lo + hi) / 2, "measured_range_tokens_per_s": [lo, hi],
+             "benchmark_projected": p} for n, lo, hi, p in runs]
+
+
+def test_the_ranking_is_judged_on_the_pairs_the_rounds_order():
+    # b and c overlap over the rounds: either projected order agrees with the measurement; a is above both
+    ok, ties = runner.ranking_resolved(_rows(("a", 900, 1000, 10.0), ("b", 500, 600, 5.0), ("c", 550, 650, 6.0)),
+                                       "benchmark_projected")
+    assert ok and ties == [["b", "c"]]
+    ok, _ = runner.ranking_resolved(_rows(("a", 900, 1000, 10.0), ("b", 500, 600, 6.0), ("c", 550, 650, 5.0)),
+                                    "benchmark_projected")
+    assert ok
+    # a pair the rounds do order, projected the other way round, fails
+    ok, ties = runner.ranking_resolved(_rows(("a", 900, 1000, 4.0), ("b", 500, 600, 5.0)), "benchmark_projected")
+    assert not ok and ties == []
+    # one round: points, so the strict order
+    ok, ties = runner.ranking_resolved(_rows(("a", 600, 600, 4.0), ("b", 599, 599, 5.0)), "benchmark_projected")
+    assert not ok and ties == []
 
 
 def _fake_trainer(monkeypatch, tok=lambda job, n: 1000.0):
@@ -199,3 +222,35 @@ def test_jobs_compute_in_the_dtype_and_price_fp32_gradients():
         for job in runner.jobs("cpu-host", dtype=dtype):
             assert job.dtype == dtype
             assert job.config["training"].get("grad_reduce_in_fp32", False) == (dtype == "fp32")
+
+
+def test_a_run_whose_processes_die_is_run_again_then_reported_in_one_line(monkeypatch, tmp_path, monitor):
+    died = {"n": 0}
+
+    def flaky(job):
+        if job.name == "dense DP=2" and died["n"] < 1:
+            died["n"] += 1
+            raise RuntimeError("process 1 terminated with signal SIGABRT")
+        return {"tokens_per_s": 1000.0, "iteration_s": 1.0, "iteration_times_s": [1.0] * job.iterations}
+    monkeypatch.setattr("raytune_primus.e2e.trainer.run_job", flaky)
+    logged = []
+    res = _run(tmp_path, log=logged.append)
+    assert died["n"] == 1 and any("processes died (RuntimeError: process 1 terminated" in m for m in logged)
+    assert next(r for r in res["runs"] if r["name"] == "dense DP=2")["measured_tokens_per_s"] == 1000.0
+
+    def dead(job):
+        raise RuntimeError("process 0 terminated with signal SIGABRT")
+    monkeypatch.setattr("raytune_primus.e2e.trainer.run_job", dead)
+    with pytest.raises(runner.TrainerFailed, match="^dense 1 proc: the trainer's processes died twice"):
+        _run(tmp_path)
+
+
+def test_a_run_measured_further_apart_than_the_bar_over_quiet_rounds_is_no_check(monkeypatch, tmp_path, monitor):
+    """Quiet rounds whose measurements of one run differ by more than the bar allows (a machine whose speed moved
+    without load the kernel sees): the verdict is not valid, whatever the errors."""
+    _fake_trainer(monkeypatch, tok=lambda job, n: 1000.0 if n == 1 else 1500.0)
+    res = _run(tmp_path, rounds=2)
+    assert res["measured_max_spread"] == pytest.approx(0.5)
+    assert res["verdict"].startswith("NOT VALID (machine speed unstable: dense 1 proc measured 50% apart")
+    _fake_trainer(monkeypatch, tok=lambda job, n: 1000.0 if n == 1 else 1100.0)
+    assert not _run(tmp_path, rounds=2)["verdict"].startswith("NOT VALID")
