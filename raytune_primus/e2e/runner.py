@@ -54,8 +54,9 @@ class TrainerFailed(PrimusError):
 
 
 def _run_trainer(trainer: Any, job: TrainJob, label: str, log: Any) -> dict[str, Any]:
-    """One trainer run; a run whose processes die (a gloo worker aborting at exit was seen once in ~30 runs on
-    the 2-core machine) is no measurement: it is run once more, and a second death stops the check."""
+    """One trainer run; a run whose processes die (a gloo worker aborting at exit, seen in EP runs on the 2-core
+    machine while the trainer still ran a collective there) is no measurement: it is run once more, and a
+    second death stops the check."""
     for attempt in (1, 2):
         try:
             return trainer.run_job(job)
@@ -70,8 +71,9 @@ def _run_trainer(trainer: Any, job: TrainJob, label: str, log: Any) -> dict[str,
 
 def jobs(profile: str, *, iterations: int = 8, stat: str = "median", seq_len: int = SEQ_LEN,
          dtype: str = "bf16") -> list[TrainJob]:
-    """The end-to-end configurations: 1 process, DP=2 (Megatron-style DDP), PP=2 (1F1B), and the MoE card with EP=2, computing
-    in ``dtype`` (fp32: the gradients DDP and the EP trainer reduce are fp32, which the projection prices)."""
+    """The end-to-end configurations: 1 process, DP=2 (Megatron-style DDP), PP=2 (1F1B), and the MoE card with
+    EP=2, computing in ``dtype`` (fp32: the gradients DDP and the EP trainer reduce are fp32, which the projection
+    prices)."""
     extra = {"grad_reduce_in_fp32": True} if dtype == "fp32" else {}
 
     def cfg(model: str, gpus: int, **tr: Any) -> dict[str, Any]:
@@ -305,7 +307,8 @@ def run_e2e(*, profile: str | None = None, cache_dir: str | None = None, use_cac
         rows.append({"name": job.name, "config": _short(job.config), "processes": job.world,
                      "measured_tokens_per_s": statistics.median(measured),
                      "measured_range_tokens_per_s": [min(measured), max(measured)],
-                     "benchmark_projected": statistics.median(p["benchmark"].tokens_per_s_per_gpu * n for p in usable),
+                     "benchmark_projected": statistics.median(p["benchmark"].tokens_per_s_per_gpu * n
+                                                              for p in usable),
                      "simulate_projected": sim.tokens_per_s_per_gpu * n,
                      "measured_iteration_s": statistics.median(p["measured"]["iteration_s"] for p in usable),
                      "measured_iteration_times_s": [t for p in rounds_ for t in p["measured"]["iteration_times_s"]],

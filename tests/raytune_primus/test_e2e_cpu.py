@@ -134,8 +134,8 @@ def _rows(*runs):
 
 def test_the_ranking_is_judged_on_the_pairs_the_rounds_order():
     # b and c overlap over the rounds: either projected order agrees with the measurement; a is above both
-    ok, ties = runner.ranking_resolved(_rows(("a", 900, 1000, 10.0), ("b", 500, 600, 5.0), ("c", 550, 650, 6.0)),
-                                       "benchmark_projected")
+    rows = _rows(("a", 900, 1000, 10.0), ("b", 500, 600, 5.0), ("c", 550, 650, 6.0))
+    ok, ties = runner.ranking_resolved(rows, "benchmark_projected")
     assert ok and ties == [["b", "c"]]
     ok, _ = runner.ranking_resolved(_rows(("a", 900, 1000, 10.0), ("b", 500, 600, 6.0), ("c", 550, 650, 5.0)),
                                     "benchmark_projected")
