@@ -204,11 +204,16 @@ def _edge_sums(hw, card, shapes: Shapes, which: str, *args) -> tuple[list[Op], f
     """(ops, forward, input-gradient, weight-gradient device seconds) of the embedding's or output's op graph
     (``LayerModel._dev`` without the unfused gradient accumulation, which the caller adds)."""
     ops = _EDGE_OPS[which](card, shapes, *args)
+    return (ops, *_price_sums(ops, lambda op: price_op(hw, op)))
+
+
+def _price_sums(ops: list[Op], price) -> tuple[float, float, float]:
+    """(forward, input-gradient, weight-gradient) device seconds of ``ops`` under ``price``, summed in order."""
     f = b = w = 0.0
     for op in ops:
-        a, bb, c = price_op(hw, op)
+        a, bb, c = price(op)
         f, b, w = f + a, b + bb, w + c
-    return ops, f, b, w
+    return f, b, w
 
 
 def _run_ahead_idle(host_f: float, dev_f: float, host_b: float, dev_b: float) -> tuple[float, float]:
@@ -454,10 +459,7 @@ class LayerModel:
                    for op in ops if op.kind == GEMM and op.has_wgrad)
 
     def _dev(self, ops: list[Op]) -> tuple[float, float, float]:
-        f = b = w = 0.0
-        for op in ops:
-            a, bb, c = self.price(op)
-            f, b, w = f + a, b + bb, w + c
+        f, b, w = _price_sums(ops, self.price)
         return f, b, w + self.grad_accumulate_s(ops)
 
     def _dev_of(self, which: str, *args) -> tuple[float, float, float]:

@@ -609,16 +609,19 @@ def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]
         blocked += [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
     else:
         blocked += [(op, MLP) for op in dense_mlp_block_ops(card, s)]
-    # each op tagged with its block and, a trainable GEMM, its weight-gradient traffic (_with_wgrad_traffic):
-    # one copy per op
-    return [replace_fast(op, block=block, wgrad_c_bytes=s.wgrad_c_bytes) if op.kind == GEMM and op.has_wgrad
-            else replace_fast(op, block=block) for op, block in blocked]
+    # each op tagged with its block and, a trainable GEMM, its weight-gradient traffic: one copy per op
+    return [replace_fast(op, block=block, **_wgrad_traffic(s, op)) for op, block in blocked]
+
+
+def _wgrad_traffic(s: Shapes, op: Op) -> dict[str, float]:
+    """A trainable GEMM's weight-gradient traffic per element as the run's framework moves it (no change for
+    other ops)."""
+    return {"wgrad_c_bytes": s.wgrad_c_bytes} if op.kind == GEMM and op.has_wgrad else {}
 
 
 def _with_wgrad_traffic(s: Shapes, ops: list[Op]) -> list[Op]:
     """Each trainable GEMM's weight-gradient traffic per element as the run's framework moves it."""
-    return [replace_fast(op, wgrad_c_bytes=s.wgrad_c_bytes) if op.kind == GEMM and op.has_wgrad else op
-            for op in ops]
+    return [replace_fast(op, **ch) if (ch := _wgrad_traffic(s, op)) else op for op in ops]
 
 
 def embedding_ops(card, s: Shapes) -> list[Op]:

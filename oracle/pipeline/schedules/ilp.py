@@ -186,7 +186,7 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
 
     from oracle.pipeline import build_order, run_schedule
     from oracle.pipeline.schedules.zero_bubble import zb_h1_array
-    from oracle.pipeline.simulator import compile_order_arrays, lower_bound_s, run_compiled
+    from oracle.pipeline.simulator import lower_bound_s
 
     m = num_microbatches
     zb = build_order("zero_bubble", pp, 1, m)
@@ -222,15 +222,10 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
         return WPlacement(zb, zb_span, True, proven + "; ZB-H1's placement meets the LP bound")
     best, best_span = (zb_arrays, zb_span) if zb_ok else (None, np.inf)
 
-    def span_of(prefix: np.ndarray) -> tuple[list[np.ndarray], float]:
-        arrays = _prefix_arrays(fb, prefix, m)
-        return arrays, run_compiled(compile_order_arrays(arrays, pp, 1, "interleaved", m), costs,
-                                    timeline=False).makespan_s
-
     # the LP point rounded up, down and to nearest (each keeps the integer bounds and the order of the counts)
     x = lp.x[n_ops:2 * n_ops]
     for rounded in (np.ceil(x - 1e-6), np.floor(x + 1e-6), np.round(x)):
-        order, span = span_of(rounded.astype(np.int64))
+        order, span = _span(fb, rounded.astype(np.int64), pp, m, costs)
         if span <= bound:
             return WPlacement(_ops(order), span, True, proven + "; the LP optimum rounded meets the LP bound")
         if span < best_span:
@@ -244,7 +239,7 @@ def solve_w_placement(pp: int, num_microbatches: int, costs: StageCosts, *, mem_
                options={"node_limit": budget.node_limit, "time_limit": budget.safety_time_limit_s,
                         "mip_rel_gap": MIP_REL_GAP})
     if res.x is not None:
-        order, span = span_of(np.round(res.x[n_ops:2 * n_ops]).astype(np.int64))
+        order, span = _span(fb, np.round(res.x[n_ops:2 * n_ops]).astype(np.int64), pp, m, costs)
         if span < best_span:
             best, best_span = order, span
     if res.status == 0 and best is not None:
