@@ -465,7 +465,7 @@ class CrossAxisProposer:
                 point = {**moved, **extra, **mb}
                 if extra.get("fsdp"):
                     point["use_distributed_optimizer"] = False
-                for p in self._repairs(point)[:4] + self._schedules(point):
+                for p in repairs(self.space, point)[:4] + schedules(self.space, point):
                     c = self._candidate(p, "layout " + ", ".join(f"{k}={v}" for k, v in diff(p, inc.point).items()))
                     if c is not None and all(c.meta["key"] != o[1] for o in options):
                         options.append((self._score(model, c.values), c.meta["key"], c))
@@ -531,15 +531,6 @@ class CrossAxisProposer:
         return None
 
     # ------------------------------------------------------------------ later rounds: polish
-    def _repairs(self, point: dict[str, Any]) -> list[dict[str, Any]]:
-        return repairs(self.space, point)
-
-    def _schedules(self, point: dict[str, Any]) -> list[dict[str, Any]]:
-        return schedules(self.space, point)
-
-    def _neighbourhood(self, inc: Entry) -> list[tuple[dict[str, Any], str]]:
-        return neighbourhood(self.space, inc.point)
-
     def _polish(self) -> Candidate | None:
         """The best-ranked move around the incumbent; around the runners-up (best first) once every
         move around it is known, so a long budget is spent rather than left over."""
@@ -555,7 +546,7 @@ class CrossAxisProposer:
 
     def _polish_around(self, inc: Entry, model: Surrogate) -> Candidate | None:
         singles = []
-        for p, _ in self._neighbourhood(inc):
+        for p, _ in neighbourhood(self.space, inc.point):
             c = self._candidate(p, "polish " + ", ".join(f"{k}={v}" for k, v in diff(p, inc.point).items()))
             if c is not None:
                 singles.append((self._score(model, c.values), c))

@@ -237,8 +237,10 @@ def _bound_range(rng: tuple[int, int]) -> tuple[list[tuple[float, int]], list[fl
     finite: list[float] = []
     lo, hi = rng
     runs = [space.run_of(order[i]) for i in range(lo, hi)]
-    verdicts = [v for j in range(0, len(runs), SWEEP_BATCH)
-                for v in memory_results(evaluator, runs[j:j + SWEEP_BATCH], [""] * len(runs[j:j + SWEEP_BATCH]))]
+    verdicts: list[Any] = []
+    for j in range(0, len(runs), SWEEP_BATCH):
+        chunk = runs[j:j + SWEEP_BATCH]
+        verdicts += memory_results(evaluator, chunk, [""] * len(chunk))
     for i, run, rejected in zip(range(lo, hi), runs, verdicts):
         if rejected is not None:
             continue

@@ -23,7 +23,6 @@ from typing import Any
 
 from oracle.errors import InvalidConfigError
 from searchers.base import Candidate, SearchContext, Searcher, TrialResult, register
-from searchers.crossaxis import CrossAxisProposer
 from searchers.guided import GuidedProposer
 from searchers.history import History, diff
 from searchers.offline import OFFLINE, OFFLINE_LABELS, offline_proposer
@@ -130,7 +129,7 @@ class SeedThenPropose(Searcher):
             return self.suggest()
         self._in_seed = False
         if self._proposer is None:
-            self._proposer = (CrossAxisProposer(self.space, self.history, context=self.context, **self._round_opts)
+            self._proposer = (offline_proposer("rounds", self.space, self.history, self.context, **self._round_opts)
                               if self._guided else self._make_proposer())
         return self._proposer.suggest()
 
