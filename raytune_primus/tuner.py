@@ -29,9 +29,12 @@ import contextlib
 import dataclasses
 import json
 import os
+import pickle
+import pickletools
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,6 +287,9 @@ class TuneRecord:
     """Tune's experiment directory (``Tuner.restore`` resumes from it)."""
     restored: bool
     """This call resumed an earlier Tune run of the same search."""
+    set_aside: str | None = None
+    """Where an earlier Tune run's state went when a file of it could not be read (the search then resumed
+    from the ledger in a fresh Tune run): the folder and the unreadable files."""
     max_concurrent: int
     """Trials in flight at once."""
     scorers: dict[str, Any] = field(default_factory=dict)
@@ -297,6 +303,46 @@ class TuneRecord:
 
 
 # ---------------------------------------------------------------------------------- building and running
+TUNE_STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl", "tuner.pkl")
+"""The files ``Tuner.restore`` reads (of each pattern the newest by name, as Tune picks it)."""
+
+
+def _readable(path: Path) -> bool:
+    """A state file parses whole. Tune's names do not say the format (``search_gen_state-*.json`` is a pickle,
+    our searcher's ``searcher-state-*.pkl`` is JSON): a pickle (protocol >= 2 opens with PROTO) must run its
+    opcode stream to the STOP (nothing is unpickled), anything else must load as JSON."""
+    try:
+        data = path.read_bytes()
+        if data[:1] == pickle.PROTO:
+            return any(op.name == "STOP" for op, _, _ in pickletools.genops(data))
+        json.loads(data)
+        return True
+    except (OSError, ValueError):  # json.JSONDecodeError and a truncated pickle are ValueErrors
+        return False
+
+
+def unreadable_tune_state(exp_path: Path) -> list[Path]:
+    """The state files of the Tune run in ``exp_path`` that ``Tuner.restore`` would read and cannot.
+
+    Ray copies its state into the storage path without an atomic rename, so a driver killed during that copy
+    leaves a truncated file (seen: a 0-byte ``search_gen_state-*.json``), and the restore then fails."""
+    bad = []
+    for pattern in TUNE_STATE_FILES:
+        found = sorted(exp_path.glob(pattern))
+        if found and not _readable(found[-1]):
+            bad.append(found[-1])
+    return bad
+
+
+def _set_aside(exp_path: Path, bad: list[Path]) -> str:
+    """Move an unrestorable Tune run out of the way (kept, not deleted); says where and why."""
+    n = 1
+    while (dest := exp_path.with_name(f"{exp_path.name}.unreadable-{n}")).exists():
+        n += 1
+    exp_path.rename(dest)
+    return f"{dest} (unreadable: {', '.join(p.name for p in bad)})"
+
+
 SUPPORTED_RAY = ">=2.40,<2.61"
 """The Ray versions ``restored_search_and_callbacks`` is known to work with (pinned in pyproject.toml)."""
 
@@ -392,9 +438,9 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     spec = {"experiment": exp.name, "space": exp.space.fingerprint, "searcher": searcher or exp.searcher,
             "seed": exp.seed if seed is None else int(seed), "budget": exp.budget if budget is None else int(budget),
             "oracle_mode": evaluator.mode, "oracle_version": evaluator_version(evaluator, exp.baseline)}
-    restored = bool(restore and tune.Tuner.can_restore(str(exp_path)))
+    earlier = bool(restore and tune.Tuner.can_restore(str(exp_path)))
     spec_path = results / "tune_spec.json"
-    if restored:
+    if earlier:
         old = json.loads(spec_path.read_text()) if spec_path.exists() else None
         if old != spec:
             old = old or {}
@@ -403,8 +449,17 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
             now = ", ".join(f"{k}={spec[k]!r}" for k in changed)
             raise InvalidConfigError(f"{results} holds a Tune run of another search ({was}; now {now}): resume it "
                                      f"with the same settings, or use --fresh or another --results directory")
-    else:
-        spec_path.write_text(json.dumps(spec, indent=1) + "\n")
+    set_aside = None
+    if earlier and (bad := unreadable_tune_state(exp_path)):
+        # the ledger is the source of truth: a fresh Tune run over it resumes the search all the same
+        set_aside = _set_aside(exp_path, bad)
+        warnings.warn(f"Tune's saved state could not be read and was set aside ({set_aside}); the search resumes "
+                      f"from the ledger {ledger_path} in a fresh Tune run", stacklevel=2)
+    restored = earlier and set_aside is None
+    if not restored:  # atomically: a driver killed here leaves the old spec or the new one, never half of one
+        tmp = spec_path.with_name(spec_path.name + ".tmp")
+        tmp.write_text(json.dumps(spec, indent=1) + "\n")
+        os.replace(tmp, spec_path)
     service_name = f"primus-oracle-{uuid.uuid4().hex[:10]}"
     cache = None
     if benchmark:
@@ -456,7 +511,7 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     errored = sum(1 for r in grid if r.error is not None)
     primus.close()
     record = TuneRecord(tune_trials=len(grid), errored=errored, retries=len(primus.retries),
-                        experiment_path=str(exp_path), restored=restored, max_concurrent=max_concurrent,
+                        experiment_path=str(exp_path), restored=restored, set_aside=set_aside, max_concurrent=max_concurrent,
                         scorers=svc_stats, timing_cache=cache_stats, progress=list(bar.lines) if bar else [],
                         tune_wall_s=wall)
     return SearchResult(

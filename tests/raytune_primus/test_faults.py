@@ -98,19 +98,68 @@ def test_killed_driver_resumes_with_tuner_restore_losing_and_repeating_nothing(c
 
     out = run_tune(small_experiment(), tmp_path / "res", searcher="random", budget=budget, seed=5,
                    evaluator=SmallCapEvaluator(), max_concurrent=2, progress=False)
-    assert out.tune.restored and out.resumed == len(before)
-    print("restore:", len(before), "before the kill;", out.tune.scorers, "tune trials", out.tune.tune_trials)
+    assert out.resumed == len(before)
+    print("restore:", len(before), "before the kill;", out.tune.scorers, "tune trials", out.tune.tune_trials,
+          "set aside:", out.tune.set_aside)
     after = _counted(tmp_path / "res" / "ledger.parquet")
     assert after[:len(before)] == before, "rows written before the kill are kept as they were"
     assert sorted(r["trial_index"] for r in after) == list(range(budget)), "nothing lost, nothing counted twice"
     assert len({r["config_key"] for r in after}) == budget, "no configuration scored twice"
-    # Tune's state and the ledger agree: every scored trial is a finished Tune trial, once
-    assert _tune_keys(out.tune.experiment_path) == sorted(r["config_key"] for r in after if r["status"] != "rejected")
+    scored = [r for r in after if r["status"] != "rejected"]
+    if out.tune.set_aside is None:  # Tune's state and the ledger agree: every scored trial is a finished Tune trial
+        assert out.tune.restored
+        assert _tune_keys(out.tune.experiment_path) == sorted(r["config_key"] for r in scored)
+    else:  # the kill cut Tune's copy of its state short: a fresh Tune run scored only what the ledger lacked
+        assert not out.tune.restored
+        assert _tune_keys(out.tune.experiment_path) == sorted(r["config_key"] for r in scored[len(before):]
+                                                              if r["trial_index"] >= len(before))
     # and the resumed run tried what an uninterrupted in-process run tries (random is not adaptive)
     from searchers.driver import run_search
     ref = run_search(small_experiment(), "random", budget, 5, tmp_path / "ref.parquet", evaluator=SmallCapEvaluator())
     assert sorted(r["config_key"] for r in after) == sorted(r["config_key"] for r in _counted(tmp_path / "ref.parquet"))
     assert out.best_so_far[-1] == ref.best_so_far[-1]
+
+
+def test_unreadable_tune_state_is_set_aside_and_the_ledger_resumes_the_search(cluster, tmp_path):
+    """A driver killed while Ray copies its state leaves a truncated file (Ray's copy is not atomic; seen: a
+    0-byte search_gen_state-*.json, and Tuner.restore then fails): the run is set aside, nothing is re-scored."""
+    from raytune_primus.tuner import run_tune, unreadable_tune_state
+
+    budget = 6
+    first = run_tune(small_experiment(), tmp_path / "res", searcher="random", budget=budget, seed=5,
+                     evaluator=SmallCapEvaluator(), max_concurrent=2, progress=False)
+    rows = _counted(tmp_path / "res" / "ledger.parquet")
+    exp_path = Path(first.tune.experiment_path)
+    assert unreadable_tune_state(exp_path) == []
+    (state,) = exp_path.glob("search_gen_state-*.json")
+    state.write_bytes(b"")
+
+    assert unreadable_tune_state(exp_path) == [state]
+    with pytest.warns(UserWarning, match="search_gen_state-.*resumes from the ledger"):
+        out = run_tune(small_experiment(), tmp_path / "res", searcher="random", budget=budget, seed=5,
+                       evaluator=SmallCapEvaluator(), max_concurrent=2, progress=False)
+    assert not out.tune.restored and state.name in out.tune.set_aside
+    assert (tmp_path / "res" / "tune.unreadable-1" / state.name).exists(), "set aside, not deleted"
+    assert out.resumed == budget and out.tune.tune_trials == 0, "every trial answered from the ledger"
+    assert _counted(tmp_path / "res" / "ledger.parquet") == rows
+    assert out.best_so_far == first.best_so_far
+
+
+@pytest.mark.parametrize("name,data", [
+    ("experiment_state-x.json", b'{"trials": [1, 2'), ("search_gen_state-x.json", b""),
+    ("search_gen_state-x.json", __import__("pickle").dumps({"a": list(range(100))})[:-7]),
+    ("searcher-state-x.pkl", b'{"run_id": "x", "pen'), ("tuner.pkl", b"")])
+def test_truncated_state_files_are_found(tmp_path, name, data):
+    import pickle
+
+    from raytune_primus.tuner import unreadable_tune_state
+
+    (tmp_path / "experiment_state-a.json").write_text('{"ok": 1}')  # older: not what Tune would read
+    (tmp_path / "search_gen_state-a.json").write_bytes(pickle.dumps([1, 2, 3]))  # Tune's: a pickle
+    (tmp_path / "searcher-state-a.pkl").write_text('{"run_id": "x"}')  # ours: JSON
+    assert unreadable_tune_state(tmp_path) == []
+    (tmp_path / name).write_bytes(data)
+    assert unreadable_tune_state(tmp_path) == [tmp_path / name]
 
 
 class PauseAt:
