@@ -22,11 +22,16 @@ work on a shared machine takes from it is not counted), for
 Each rate is printed with its ratio to the reference file (default ``benchmarks/bench_projection_reference.json``:
 the same benchmark run on the code before issue 27, ``--code`` pointing at that tree), where it holds one.
 ``--code ROOT`` imports the oracle from another source tree (A/B runs); ``--record FILE`` writes the rates.
+``--jit auto|on|off`` sets ``RAYTUNE_PRIMUS_JIT`` (the compiled pipeline replay, ``oracle/pipeline/_jit.py``;
+default ``auto``: a process switches to it after ~3M replayed steps, and the phase in which it loads it pays
+the ~0.5-0.7 s); each full-projection rate says which replay it ran: ``[python]``, ``[compiled]`` or
+``[switched]`` (loaded during that phase, its load counted).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -59,18 +64,31 @@ def draw(space, pts, *, n: int, warm: int, seed: int):
     return rng, sample, plain, fresh, warmup
 
 
-def _rate(fn, items) -> float:
+_REPLAY = {"last": ""}  # which pipeline replay the last timed phase ran (trees with oracle.pipeline._jit)
+
+
+def _compiled_replay() -> bool | None:
+    mod = sys.modules.get("oracle.pipeline._jit")
+    return None if mod is None else mod._state["fn"] is not None
+
+
+def _timed(fn, arg) -> float:
+    before = _compiled_replay()
     t0 = time.process_time()
-    for x in items:
-        fn(x)
+    fn(arg)
     dt = time.process_time() - t0
+    after = _compiled_replay()
+    _REPLAY["last"] = "" if after is None else "[compiled]" if before else "[switched]" if after else "[python]"
+    return dt
+
+
+def _rate(fn, items) -> float:
+    dt = _timed(lambda xs: [fn(x) for x in xs], items)
     return len(items) / dt if dt else float("inf")
 
 
 def _batch_rate(fn, runs) -> float:
-    t0 = time.process_time()
-    fn(runs)
-    dt = time.process_time() - t0
+    dt = _timed(fn, runs)
     return len(runs) / dt if dt else float("inf")
 
 
@@ -82,7 +100,8 @@ def _show(label: str, value: float | None, ref: float | None, unit: str = "/s", 
     if ref:
         ratio = f"  x{value / ref:.2f} vs reference ({ref:,.1f})" if unit == "/s" else \
             f"  x{ref / value:.2f} faster than reference ({ref:,.1f} s)"
-    print(f"   {label:58s}{v}{ratio}{'' if n is None else f'  (n={n})'}")
+    replay = f"  {_REPLAY['last']}" if label.startswith(("full", "batch")) else ""
+    print(f"   {label:58s}{v}{ratio}{'' if n is None else f'  (n={n})'}{replay}")
 
 
 def main() -> int:
@@ -99,7 +118,11 @@ def main() -> int:
     ap.add_argument("--code", default=str(HERE.parent), help="source tree to import the oracle from (A/B runs)")
     ap.add_argument("--record", default=None, help="write the rates to this JSON file")
     ap.add_argument("--reference", default=str(REFERENCE), help="rates to print ratios against")
+    ap.add_argument("--jit", choices=("auto", "on", "off"), default=None,
+                    help="RAYTUNE_PRIMUS_JIT for this run (default: the environment's, else auto)")
     args = ap.parse_args()
+    if args.jit:
+        os.environ["RAYTUNE_PRIMUS_JIT"] = args.jit
     sys.path.insert(0, args.code)
     from oracle.config import RunConfig
     from oracle.projector import project

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oracle.errors import InvalidConfigError
+from oracle.pipeline import _jit
 from oracle.pipeline.fast_compile import KIND_CODES, compile_arrays, ops_to_array
 from oracle.pipeline.types import (LAYOUTS, Layout, Op, PipelineResult, ScheduleDeadlockError, StageCosts,
                                    stage_map, virtual_stage)
@@ -86,6 +87,8 @@ class CompiledOrder:
     same fold computed with numpy (``fast_compile.fold_columns``)."""
     tails: tuple[tuple[int, int], ...] | None = field(default=None, repr=False)
     """Per rank (its last emitted key, a folded cost index after it): the rank's end."""
+    chain_arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    """``chain`` and ``tails`` as int64 arrays, for the compiled replay (``_jit``); made when it first runs."""
 
     def __post_init__(self) -> None:
         if self.chain is None or self.tails is None:
@@ -366,6 +369,22 @@ def _replay_chain(plan: CompiledOrder, cost: list[float], lat: list[float]) -> l
     return fin
 
 
+def _chain_span(plan: CompiledOrder, cost: list[float], lat: list[float]) -> float:
+    """The makespan of the chain's replay (a rank without ops: 0): compiled once the process has replayed
+    enough to pay for loading it (``_jit``), else :func:`_replay_chain`; bit-identical either way."""
+    fn = _jit.compiled(len(plan.chain))
+    if fn is not None:
+        arrays = plan.chain_arrays
+        if arrays is None:
+            arrays = (np.asarray(plan.chain, dtype=np.int64).reshape(-1, 6),
+                      np.asarray(plan.tails, dtype=np.int64).reshape(-1, 2))
+            object.__setattr__(plan, "chain_arrays", arrays)
+        return fn(arrays[0], arrays[1], np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64),
+                  plan.n_keys)
+    fin = _replay_chain(plan, cost, lat)
+    return max(fin[k] + cost[fold] for k, fold in plan.tails)
+
+
 def _result(plan: CompiledOrder, costs: StageCosts, cost_vecs: list[list[float]], makespan: float, *, name: str,
             approximate: bool, note: str, times: dict[str, tuple[tuple[float, ...], ...]] | None) -> PipelineResult:
     """The PipelineResult of a replay: busy times from the op counts, memory peaks from the order's tables."""
@@ -404,10 +423,13 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
     leaves the per-op start/end times out of the result (empty per rank): the projector reads only the
     makespan, busy times and memory peaks, and the replay is quicker without them."""
     cost_vecs, cost, lat = _cost_vectors(plan, costs)
-    fin = _replay_all(plan, cost, lat) if timeline else _replay_chain(plan, cost, lat)
+    if not timeline:
+        return _result(plan, costs, cost_vecs, _chain_span(plan, cost, lat), name=name, approximate=approximate,
+                       note=note, times=None)
+    fin = _replay_all(plan, cost, lat)
     makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
     return _result(plan, costs, cost_vecs, makespan, name=name, approximate=approximate, note=note,
-                   times=_timeline(plan, fin, lat) if timeline else None)
+                   times=_timeline(plan, fin, lat))
 
 
 BATCH_REPLAY_MIN = 8
@@ -426,11 +448,11 @@ def run_compiled_many(plan: CompiledOrder, costs_list: Sequence[StageCosts], *, 
     configuration at once, with the same float additions and comparisons as the scalar pass (a max of two
     sums, plus a cost), so every finish time is bit-identical."""
     prepared = [_cost_vectors(plan, c) for c in costs_list]
-    if len(prepared) >= BATCH_REPLAY_MIN and len(prepared) * plan.pp >= BATCH_REPLAY_WORK:
+    if (len(prepared) >= BATCH_REPLAY_MIN and len(prepared) * plan.pp >= BATCH_REPLAY_WORK
+            and _jit.compiled(len(plan.chain) * len(prepared)) is None):  # compiled: one by one is quicker
         spans = _replay_levels(plan, [p[1] for p in prepared], [p[2] for p in prepared])
     else:
-        spans = [max(fin[k] + cost[fold] for k, fold in plan.tails)
-                 for fin, cost in ((_replay_chain(plan, p[1], p[2]), p[1]) for p in prepared)]
+        spans = [_chain_span(plan, p[1], p[2]) for p in prepared]
     return [_result(plan, c, p[0], float(span), name=name, approximate=approximate, note=note, times=None)
             for c, p, span in zip(costs_list, prepared, spans)]
 
