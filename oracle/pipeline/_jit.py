@@ -48,26 +48,27 @@ def _load() -> Callable[..., float] | None:
 
     # cache=True: the machine code is kept beside this module (or in numba's user cache dir when that is
     # read-only) and reloaded by later processes; numba keys it on the CPU, so an AVX2 and an AMX machine
-    # each compile their own.
-    @numba.njit("float64(int64[:, ::1], int64[:, ::1], float64[::1], float64[::1], int64)", cache=True,
-                nogil=True)
-    def chain_span(chain, tails, cost, lat, n_keys):  # pragma: no cover - runs as machine code
-        fin = np.zeros(n_keys + 1)  # key -1: no dependency, finished at 0
-        for i in range(chain.shape[0]):
-            s = fin[chain[i, 1]] + cost[chain[i, 2]]
-            f = fin[chain[i, 3]] + lat[chain[i, 4]]
-            fin[chain[i, 0]] = (f if f > s else s) + cost[chain[i, 5]]
-        span = fin[tails[0, 0]] + cost[tails[0, 1]]
-        for j in range(1, tails.shape[0]):
-            v = fin[tails[j, 0]] + cost[tails[j, 1]]
-            if v > span:
-                span = v
-        return span
-
+    # each compile their own. A numba that cannot compile or cache here (no writable cache location, an
+    # unsupported CPU) leaves the Python loop in place: speed only.
     try:
+        @numba.njit("float64(int64[:, ::1], int64[:, ::1], float64[::1], float64[::1], int64)", cache=True,
+                    nogil=True)
+        def chain_span(chain, tails, cost, lat, n_keys):  # pragma: no cover - runs as machine code
+            fin = np.zeros(n_keys + 1)  # key -1: no dependency, finished at 0
+            for i in range(chain.shape[0]):
+                s = fin[chain[i, 1]] + cost[chain[i, 2]]
+                f = fin[chain[i, 3]] + lat[chain[i, 4]]
+                fin[chain[i, 0]] = (f if f > s else s) + cost[chain[i, 5]]
+            span = fin[tails[0, 0]] + cost[tails[0, 1]]
+            for j in range(1, tails.shape[0]):
+                v = fin[tails[j, 0]] + cost[tails[j, 1]]
+                if v > span:
+                    span = v
+            return span
+
         chain_span(np.zeros((1, 6), dtype=np.int64), np.zeros((1, 2), dtype=np.int64), np.zeros(1),
                    np.zeros(1), 0)
-    except Exception:  # noqa: BLE001 - a numba that cannot compile here: speed only
+    except Exception:  # noqa: BLE001
         return None
     return chain_span
 
