@@ -23,8 +23,8 @@ Each rate is printed with its ratio to the reference file (default ``benchmarks/
 the same benchmark run on the code before issue 27, ``--code`` pointing at that tree), where it holds one.
 ``--code ROOT`` imports the oracle from another source tree (A/B runs); ``--record FILE`` writes the rates.
 ``--jit auto|on|off`` sets ``RAYTUNE_PRIMUS_JIT`` (the compiled pipeline replay, ``oracle/pipeline/_jit.py``;
-default ``auto``: a process switches to it after ~3M replayed steps, and the phase in which it loads it pays
-the ~0.5-0.7 s); each full-projection rate says which replay it ran: ``[python]``, ``[compiled]`` or
+default ``auto``: a process switches to it after 5M replayed steps, and the phase in which it loads it pays
+the 0.7-1.6 s); each full-projection rate says which replay it ran: ``[python]``, ``[compiled]`` or
 ``[switched]`` (loaded during that phase, its load counted).
 """
 from __future__ import annotations

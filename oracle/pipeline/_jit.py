@@ -4,7 +4,8 @@ The replay is a chain of scalar steps (``fin[key] = max(fin[prev] + cost[fold], 
 cost[ci]``, :func:`oracle.pipeline.simulator._replay_chain`): 0.17-0.28 us a step in CPython, 20-50x less
 compiled (measured on this 2-core AVX2 machine: 1F1B pp 8 x 64 micro-batches 284 -> 12 us, interleaved
 pp 8 vpp 4 x 128 1,361 -> 27 us, ZBV pp 16 x 256 2,517 -> 49 us). Loading the compiled function costs a
-process about 0.5-0.7 s (importing numba and reading its on-disk cache; 1-2 s the first time, compiling),
+process 0.7-1.6 s (importing numba 0.2-0.75 s and reading its on-disk cache 0.5-0.9 s, measured here beside
+other sessions' load; ~2 s the first time, compiling),
 so a one-off ``project`` never loads it: the replay stays in Python until the process has replayed
 :data:`JIT_AFTER_STEPS` steps, about what loading costs, then switches (a long search pays at most twice
 the better of the two choices: the ski-rental bound). The compiled loop does the same float additions and
@@ -23,9 +24,9 @@ import numpy as np
 
 from oracle.errors import InvalidConfigError
 
-JIT_AFTER_STEPS = 3_000_000
-"""Python chain steps (0.17-0.28 us each: ~0.5-0.8 s) a process replays before it loads the compiled loop
-(~0.5-0.7 s to load)."""
+JIT_AFTER_STEPS = 5_000_000
+"""Python chain steps (0.17-0.28 us each: ~0.9-1.4 s) a process replays before it loads the compiled loop
+(0.7-1.6 s to load)."""
 MODES = ("auto", "on", "off")
 
 _state: dict[str, Any] = {"steps": 0, "fn": None, "tried": False}
