@@ -16,8 +16,9 @@ into the profile YAML with a source line naming this script, the CSV and the row
 GENERATIONS (each profile's own ``arch``: Hopper, Blackwell, Blackwell Ultra, CDNA3, CDNA4, Ampere) is fitted jointly over the newest release of
 each configuration in ALL the CSVs given (quality A/B, rows whose assumed defaults fit in memory and
 whose memory settings validate did not have to guess), in one MAP fit: per generation one multiplier on
-the GEMM efficiencies, one on attention (when its rows have more than one sequence length) and an NVFP4
-multiplier (when it has NVFP4 rows); per vendor stack (HOST_GROUPS, the profiles' ``vendor``) one multiplier on the host issue
+the GEMM efficiencies, one on attention (when its rows have more than one sequence length), an NVFP4
+multiplier (when it has NVFP4 rows) and one on the collective library's all-to-all share (``alltoall_share``, when
+it has >= 3 rows whose EP all-to-all is NCCL's/RCCL's); per vendor stack (HOST_GROUPS, the profiles' ``vendor``) one multiplier on the host issue
 time per framework op ``host_op_s`` (when the stack has >= 3 MoE rows). It then reports leave-one-model-out and leave-one-part-out errors (each model / part
 projected by a fit that never saw it) and, with ``--write``, puts the values into the profile YAMLs with a
 source line naming this script, the files and the rows.
@@ -328,7 +329,7 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
 # constrain (GEMM vs attention share on two sequence lengths, host cost on one MoE row) stays near its
 # sourced prior instead of running to a bound. One sd = x1.35 on GEMM, x1.65 on attention, x7 on host.
 PRIOR_SD = {"gemm": 0.3, "attention": 0.5, "host_op_s": 2.0, "gemm_fp4": 0.3, "gemm_mxfp8": 0.1, "gemm_grouped": 0.3,
-            "moe_sync_stall_s": 2.0, "grouped_gemm_overhead_s": 1.0, "gemm_k_half": 1.0}
+            "moe_sync_stall_s": 2.0, "grouped_gemm_overhead_s": 1.0, "gemm_k_half": 1.0, "alltoall_share": 0.5}
 """... and x1.1 on MXFP8 beyond the generation's GEMM multiplier: the same tensor cores at the same peak, so a
 recipe's own cost is expected within ~10% (NVIDIA's same-layout pairs measure 2-6%)."""
 ROW_SD = 0.10
@@ -353,7 +354,15 @@ def _gen_params(rows: list[FitRow]) -> list[str]:
         names.append("gemm_mxfp8")
     if sum(1 for r in rows if r.run.model.is_moe) >= MIN_MOE_ROWS_FOR_HOST:
         names += FIT_GROUPED
+    if sum(1 for r in rows if _library_a2a(r)) >= MIN_MOE_ROWS_FOR_HOST:
+        names.append("alltoall_share")
     return names
+
+
+def _library_a2a(r: FitRow) -> bool:
+    """The row's EP all-to-all is the collective library's (NCCL/RCCL), what ``alltoall_share`` prices."""
+    t = r.run.training
+    return r.run.model.is_moe and t.ep > 1 and t.moe_a2a_backend == "alltoall"
 
 
 FIT_GROUPED: tuple[str, ...] = ("gemm_grouped", "grouped_gemm_overhead_s")
@@ -413,6 +422,8 @@ def _gen_eff(hw, names, x) -> dict:
             d["gemm_grouped"] = min(1.0 / max(e.gemm_bf16, e.gemm_fp8, 1e-9), e.gemm_grouped * math.exp(v))
         elif n == "gemm_fp4":
             d["gemm_fp4"] = min(1.0, e.gemm_fp4 * math.exp(v))
+        elif n == "alltoall_share":
+            d["alltoall_share"] = min(1.0 / e.scale_up_bus, e.alltoall_share * math.exp(v))  # at most the link rate
         elif n == "gemm_mxfp8":  # the MXFP8 recipe's own cost, on top of the GEMM multiplier
             d["gemm_mxfp8"] = min(1.0, d.get("gemm_mxfp8", e.gemm_mxfp8) * math.exp(v))
     return d

@@ -87,6 +87,11 @@ class Efficiency:
     """Share of the shorter of a flash-attention tile's matmul time and its softmax-exponential time that the
     kernel hides behind the longer (0: they add up; 1: max of the two). What the attention kernels of the
     part's software stack achieve (oracle.gemm.attention_time_s)."""
+    alltoall_share: float = 1.0
+    """Share of the collectives' scale-up bus efficiency (``scale_up_bus``) the collective library's all-to-all
+    reaches (NCCL/RCCL ``all_to_all_single``: grouped pairwise send/recv through the library's p2p transport, a
+    few channels per peer, instead of a ring driving every channel on one neighbour); 1.0 = the same. The flex
+    dispatcher's kernels (DeepEP, HybridEP) are priced at ``scale_up_bus`` itself."""
     moe_sync_stall_s: float
     """GPU idle time per forward pass of one MoE layer while the host catches up after the token
     dispatcher's device-to-host synchronisation (token counts for the all-to-all splits and the
@@ -375,6 +380,9 @@ def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None)
             continue
         if entry is None and fname == "gemm_grouped":
             eff_vals[fname], eff_src[fname] = 1.0, "not given: grouped GEMMs at the dense kernels' efficiency"
+            continue
+        if entry is None and fname == "alltoall_share":
+            eff_vals[fname], eff_src[fname] = 1.0, "not given: the all-to-all at the collectives' bus efficiency"
             continue
         if entry is None and fname == "attention_exp_overlap":
             eff_vals[fname], eff_src[fname] = 0.0, "not given: matmuls and exponentials add up"

@@ -120,6 +120,12 @@ def _hierarchical_reduce(topo: Topology, lv: Levels, S: float, kind: str, p: Pro
     return phases * t1 + tm, phases * w1 + wm
 
 
+def _a2a_up_bytes_per_s(topo: Topology, peers: int) -> float:
+    """Scale-up bandwidth of the collective library's all-to-all over ``peers`` peers: the collectives' bandwidth
+    times the share its pairwise send/recv reaches (``Topology.alltoall_share``)."""
+    return topo.bandwidth_bytes_per_s(SCALE_UP, peers=peers) * topo.alltoall_share
+
+
 def _direct_parts(topo: Topology, lv: Levels, S: float) -> tuple[float, float, float, float]:
     """(up time, up hops, nic time, nic hops) of a pairwise all-to-all: S/n to each peer; a rendezvous
     (one hop latency) per peer, serialised as NCCL's round-based p2p schedule does."""
@@ -130,7 +136,7 @@ def _direct_parts(topo: Topology, lv: Levels, S: float) -> tuple[float, float, f
         peers = inner * (m - 1)
         inner *= m
         if tier == SCALE_UP:
-            up += peers * S / n / topo.bandwidth_bytes_per_s(SCALE_UP, peers=m - 1)
+            up += peers * S / n / _a2a_up_bytes_per_s(topo, m - 1)
             up_h += peers * topo.latency_s(tier)
         else:
             nic += _nic_time(topo, tier, peers * S / n)
@@ -163,7 +169,7 @@ def _a2a_hierarchical(topo: Topology, lv: Levels, S: float, p: Protocol) -> tupl
     s1 = (k - 1) / k * S
     up = nic = 0.0
     if tier == SCALE_UP:
-        up = s1 / topo.bandwidth_bytes_per_s(SCALE_UP, peers=k - 1)
+        up = s1 / _a2a_up_bytes_per_s(topo, k - 1)
     else:
         nic = _nic_time(topo, tier, s1)
     up2, up_h2, nic2, nic_h2 = _direct_parts(topo, rest, S)

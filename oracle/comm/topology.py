@@ -92,6 +92,8 @@ class Topology:
     """Achievable per-GPU, per-direction scale-up bandwidth (all links together)."""
     scale_out_bytes_per_s: float
     """Achievable per-GPU NIC bandwidth inside a pod."""
+    alltoall_share: float = 1.0
+    """Share of the scale-up bandwidth the collective library's all-to-all reaches (``Efficiency.alltoall_share``)."""
     inter_pod_bytes_per_s: float
     """Achievable per-GPU bandwidth across pods."""
     scale_up_latency_s: float
@@ -127,6 +129,7 @@ class Topology:
             mesh=hw.scale_up_topology == "mesh", mesh_size=hw.scale_up_domain_size,
             scale_up_bytes_per_s=hw.scale_up_bandwidth_bytes_per_s * eff.scale_up_bus,
             scale_out_bytes_per_s=hw.scale_out_bandwidth_bytes_per_s * eff.scale_out_bus,
+            alltoall_share=eff.alltoall_share,
             inter_pod_bytes_per_s=hw.inter_pod_bandwidth_bytes_per_s * eff.scale_out_bus,
             scale_up_latency_s=hw.scale_up_latency_s, scale_out_latency_s=hw.scale_out_latency_s,
             inter_pod_latency_s=hw.inter_pod_latency_s,

@@ -1,4 +1,5 @@
 """Communication model: textbook formulas, layout-aware domains, algorithm choice and physical properties."""
+import dataclasses
 import math
 
 import pytest
@@ -213,9 +214,51 @@ def test_all_to_all_inside_a_node_is_direct_and_matches_its_formula():
     topo = Topology.from_profile(MI355X, 8)
     n, S = 8, 64 * MiB
     c = all_to_all(topo, GroupSpec("ep", n, 1), S, algorithm="direct", protocol="simple")
-    expect = launch(MI355X) + (n - 1) * MI355X.scale_up_latency_s + (n - 1) / n * S / up_bw(MI355X, n - 1)
+    bw = up_bw(MI355X, n - 1) * MI355X.efficiency.alltoall_share
+    expect = launch(MI355X) + (n - 1) * MI355X.scale_up_latency_s + (n - 1) / n * S / bw
     assert c.time_s == pytest.approx(expect, rel=1e-12)
     assert all_to_all(topo, GroupSpec("ep", n, 1), S).algorithm == "direct"
+
+
+def _with_share(hw, share):
+    return dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, alltoall_share=share))
+
+
+def test_alltoall_share_prices_the_librarys_all_to_all_only():
+    # NCCL's all-to-all inside a node at half the collectives' bus efficiency: its bandwidth term doubles; the
+    # flex dispatcher's kernels and the ring collectives keep the scale-up bandwidth
+    n, S, g = 8, 256 * MiB, GroupSpec("ep", 8, 1)
+    full, half = (Topology.from_profile(_with_share(H100, s), 8) for s in (1.0, 0.5))
+    expect = launch(H100) + (n - 1) * H100.scale_up_latency_s + 2 * (n - 1) / n * S / up_bw(H100)
+    assert all_to_all(half, g, S, algorithm="direct", protocol="simple").time_s == pytest.approx(expect, rel=1e-12)
+    for kw in ({"backend": "deepep", "topk": 8}, {"backend": "hybridep", "topk": 8}):
+        assert all_to_all(half, g, S, **kw) == all_to_all(full, g, S, **kw)
+    assert all_reduce(half, g, S) == all_reduce(full, g, S)
+
+
+def test_a_profile_without_alltoall_share_prices_the_all_to_all_at_the_bus_efficiency():
+    data = {"name": "x", "vendor": "nvidia", "arch": "hopper",
+            "compute": {"peak_tflops": {"bf16": 989}, "num_compute_units": 132},
+            "memory": {"hbm_capacity_gib": 80, "hbm_bandwidth_gb_per_s": 3350, "runtime_reserved_gib": 2},
+            "network": {"gpus_per_node": 8, "scale_up": {"bandwidth_gb_per_s": 450, "latency_us": 3.0},
+                        "scale_out": {"bandwidth_gb_per_s": 50, "latency_us": 5.0}},
+            "efficiency": {f: {"value": v, "source": "test"} for f, v in dict(
+                gemm_bf16=0.8, gemm_k_half=128, attention_fwd=0.55, attention_bwd=0.45, hbm=0.85, scale_up_bus=0.8,
+                scale_out_bus=0.85, kernel_launch_s=4e-6, collective_launch_s=15e-6, host_op_s=1e-5,
+                moe_sync_stall_s=3e-3).items()}}
+    assert profile_from_dict(data, "x").efficiency.alltoall_share == 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(share=st.floats(0.1, 1.0), n=st.sampled_from([2, 4, 8, 16, 32]), nbytes=st.floats(1, 4 * GiB),
+       hw=st.sampled_from(["h100", "mi355x", "nvl72"]))
+def test_a_smaller_alltoall_share_slows_the_all_to_all_by_at_most_its_inverse(share, n, nbytes, hw):
+    # only the all-to-all's scale-up bandwidth term scales: never faster, and at most 1/share times slower
+    prof = {"h100": H100, "mi355x": MI355X, "nvl72": nvl72()}[hw]
+    g = GroupSpec("ep", n, 1)
+    base = all_to_all(Topology.from_profile(_with_share(prof, 1.0), 64), g, nbytes).time_s
+    slow = all_to_all(Topology.from_profile(_with_share(prof, share), 64), g, nbytes).time_s
+    assert base <= slow * (1 + 1e-12) and slow <= base / share * (1 + 1e-12)
 
 
 def test_deepep_deduplicates_topk_copies_per_node_and_launches_one_kernel():

@@ -72,9 +72,10 @@ def test_ep_sweep_on_nvl72_has_no_cliff_inside_the_rack_and_a_step_when_it_leave
     for ep in inside:
         pl, cost, S = sweep[ep]
         assert pl.levels == ((ep, "scale_up"),) and cost.domain == "scale_up", (ep, pl)
-        # each rank sends (n-1)/n of its bytes, all of it over NVLink: that is the floor; above it only the
-        # call's launch and one NVLink hop latency per peer (NCCL's pairwise rounds)
-        floor = (ep - 1) / ep * S / up_bw(hw)
+        # each rank sends (n-1)/n of its bytes, all of it over NVLink at the share of the collectives' bandwidth
+        # NCCL's all-to-all reaches: that is the floor; above it only the call's launch and one NVLink hop latency
+        # per peer (NCCL's pairwise rounds)
+        floor = (ep - 1) / ep * S / (up_bw(hw) * hw.efficiency.alltoall_share)
         ceiling = hw.efficiency.collective_launch_s + (ep - 1) * hw.scale_up_latency_s + floor
         assert floor <= cost.time_s <= ceiling, (ep, cost.time_s, floor, ceiling)
     # smooth: doubling EP inside the rack moves the per-rank a2a by well under 2x (the issue saw 10x at 8 -> 16)
@@ -85,7 +86,7 @@ def test_ep_sweep_on_nvl72_has_no_cliff_inside_the_rack_and_a_step_when_it_leave
     assert pl.levels == ((64, "scale_up"), (2, "scale_out")) and cost.domain == "scale_out"
     nic_floor = 64 / 128 * S / nic_bw(hw)
     assert nic_floor <= cost.time_s <= 1.3 * nic_floor
-    # the expected step: NVLink (720 GB/s achievable) -> NIC (42.5 GB/s GB200, 85 GB/s GB300)
+    # the expected step: NVLink (720 GB/s achievable, x alltoall_share) -> NIC (42.5 GB/s GB200, 85 GB/s GB300)
     assert cost.time_s / sweep[64][1].time_s > 3
 
 
@@ -108,9 +109,10 @@ def test_on_8_gpu_hgx_nodes_a_group_of_16_crosses_nodes(hw):
     assert topo.place(GroupSpec("ep", 8, 1)).domain == "scale_up" and t8.domain == "scale_up"
     assert topo.place(GroupSpec("ep", 16, 1)).levels == ((8, "scale_up"), (2, "scale_out"))
     assert t16.time_s >= 8 / 16 * S / nic_bw(hw) and t16.time_s / t8.time_s > 4
-    # the same EP 16 on an NVL72 rack stays on NVLink and is several times faster than on HGX B200
+    # the same EP 16 on an NVL72 rack stays on NVLink and is several times faster than on HGX B200 (NCCL's
+    # all-to-all at the fitted share of the NVLink bus bandwidth, alltoall_share)
     nvl = all_to_all(Topology.from_profile(GB200, 64), GroupSpec("ep", 16, 1), S)
-    assert nvl.domain == "scale_up" and t16.time_s / nvl.time_s > 4
+    assert nvl.domain == "scale_up" and t16.time_s / nvl.time_s > 3
 
 
 def test_the_host_boundary_plays_no_part_on_nvl72():
@@ -136,7 +138,7 @@ def test_groups_of_16_on_whole_72_gpu_racks_straddle_and_the_worst_group_is_pric
     assert worst.domain == "scale_out" and worst.time_s >= 8 / 16 * S / nic_bw(GB200)
     # the same group on 64-rank domains never straddles
     aligned = all_to_all(Topology.from_profile(GB200, 256, ranks_per_domain=64), g, S)
-    assert aligned.domain == "scale_up" and worst.time_s > 4 * aligned.time_s
+    assert aligned.domain == "scale_up" and worst.time_s > 3 * aligned.time_s
     # an uneven straddle (8 + 24 members of an EP 32 group) is priced for its 8-member side: 3/4 on the NIC
     pl32 = topo.place(GroupSpec("ep", 32, 1))
     assert pl32.levels == ((8, "scale_up"), (4, "scale_out"))
