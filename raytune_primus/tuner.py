@@ -511,7 +511,8 @@ def run_tune(experiment: Any, results_dir: str | os.PathLike, *, searcher: str |
     errored = sum(1 for r in grid if r.error is not None)
     primus.close()
     record = TuneRecord(tune_trials=len(grid), errored=errored, retries=len(primus.retries),
-                        experiment_path=str(exp_path), restored=restored, set_aside=set_aside, max_concurrent=max_concurrent,
+                        experiment_path=str(exp_path), restored=restored, set_aside=set_aside,
+                        max_concurrent=max_concurrent,
                         scorers=svc_stats, timing_cache=cache_stats, progress=list(bar.lines) if bar else [],
                         tune_wall_s=wall)
     return SearchResult(
