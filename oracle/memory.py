@@ -70,10 +70,16 @@ class _Chunk:
 _PLANS: dict[tuple, tuple[tuple[_Chunk, ...], ...]] = {}
 
 
+def _plan_key(run: RunConfig) -> tuple:
+    """What :func:`_plans` reads of ``run``: its placement, and whether selective recompute is TorchTitan's
+    op-level SAC (it sets the layers' policy, and placement_key does not hold the framework)."""
+    return placement_key(run), run.training.op_level_sac
+
+
 def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
     """Per rank, per chunk: layer kinds and recompute policy (cached; no per-layer work on a hit)."""
     t = run.training
-    key = placement_key(run)
+    key = _plan_key(run)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
@@ -147,7 +153,7 @@ def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEF
     t = run.training
     shape = shape_of(run, assumptions)
     mtp_pol, mods = _mtp_policy(run), _modules(run)
-    key = (placement_key(run), shape, mtp_pol, mods)  # what the shares below read of ``run``
+    key = (_plan_key(run), shape, mtp_pol, mods)  # what the shares below read of ``run``
     hit = _SHARES.get(key)
     if hit is not None:
         return hit
@@ -223,8 +229,8 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
     the loss, offloading, CUDA-graph and optimizer settings)."""
     t, card = run.training, run.model
     mtp_pol, mods = _mtp_policy(run), _modules(run)
-    key = (placement_key(run), s, mtp_pol, mods, t.loss_fusion, t.cpu_offloading, t.cpu_offloading_num_layers,
-           layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t), t.optimizer, t.op_level_sac)
+    key = (_plan_key(run), s, mtp_pol, mods, t.loss_fusion, t.cpu_offloading, t.cpu_offloading_num_layers,
+           layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t), t.optimizer)
     hit = _SUMS.get(key)
     if hit is not None:
         return hit

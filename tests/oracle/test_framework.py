@@ -198,3 +198,22 @@ def test_exports_say_which_kernels_were_priced():
     mega = build_export(titan, "megatron")
     assert any(k == "framework" and v == "torchtitan" for k, v, _ in mega.unsupported)
     assert any(k == "framework" for k, _, _ in build_export(_run(), "torchtitan").unsupported)
+
+
+def test_op_level_checkpointing_is_priced_whichever_framework_was_projected_first():
+    """The per-placement tables the memory model caches hold each layer's recompute policy: a Megatron run
+    (module-level selective) projected first must not leave its policy to a TorchTitan run (op-level SAC) of
+    the same placement."""
+    from oracle import memory
+
+    titan = _run(n=8, framework="torchtitan", recompute="selective", pp=2)
+    megatron = _run(n=8, recompute="selective", pp=2)
+
+    def fresh(*runs):
+        for cache in (memory._PLANS, memory._SUMS, memory._SHARES):
+            cache.clear()
+        return [memory.project_memory(r, trees="none").peak_bytes for r in runs][-1]
+
+    alone = fresh(titan)
+    assert fresh(megatron, titan) == alone
+    assert fresh(titan, megatron) == fresh(megatron)
