@@ -319,9 +319,20 @@ def _regions(ops: Sequence[Op]) -> list[tuple[str, RecomputeRegion]]:
 
 def recompute_droppers(ops: Sequence[Op]) -> list[tuple[frozenset[str], ...]]:
     """Per op, per saved tensor: the recompute_modules values that drop it (a union: Megatron frees a
-    tensor if any checkpoint around or after it discards it)."""
-    regions = _regions(ops)
-    return [tuple(frozenset(n for n, r in regions if r.drops(op, t)) for t in op.saved) for op in ops]
+    tensor if any checkpoint around or after it discards it). They read only the ops' and tensors' names,
+    so a graph of other sizes shares them (cached on the names)."""
+    names = tuple((op.name, tuple(t.name for t in op.saved)) for op in ops)
+    hit = _DROPPERS.get(names)
+    if hit is None:
+        regions = _regions(ops)
+        hit = tuple(tuple(frozenset(n for n, r in regions if r.drops(op, t)) for t in op.saved) for op in ops)
+        if len(_DROPPERS) > 4096:
+            _DROPPERS.clear()
+        _DROPPERS[names] = hit
+    return list(hit)
+
+
+_DROPPERS: dict[tuple, tuple[tuple[frozenset[str], ...], ...]] = {}
 
 
 def replayed_ops(ops: Sequence[Op], modules: frozenset[str]) -> list[Op]:
