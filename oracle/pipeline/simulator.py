@@ -391,8 +391,11 @@ def _result(plan: CompiledOrder, costs: StageCosts, cost_vecs: list[list[float]]
     pp = plan.pp
     busy = tuple(sum(n * x for n, x in zip(plan.op_counts[r], cost_vecs[r])) for r in range(pp))
     act = np.asarray(costs.act_bytes, dtype=float)
-    per_sample = (_live(plan, costs.b_release_fraction) * act[plan.mem_row_rank]).sum(axis=1)
-    peaks = np.maximum.reduceat(per_sample, plan.mem_segments)
+    live, rows_rank, segments = _live(plan, costs.b_release_fraction)
+    if not (act >= 0).all():  # the frontier below assumes non-negative activation sizes: every sample then
+        live, rows_rank, segments = _live_all(plan, costs.b_release_fraction)
+    per_sample = (live * act[rows_rank]).sum(axis=1)
+    peaks = np.maximum.reduceat(per_sample, segments)
     return PipelineResult(
         schedule=name, pp=pp, vpp=plan.vpp, layout=plan.layout, num_microbatches=plan.num_microbatches,
         makespan_s=makespan, busy_s=busy, bubble_s=tuple(makespan - b for b in busy),
@@ -401,20 +404,74 @@ def _result(plan: CompiledOrder, costs: StageCosts, cost_vecs: list[list[float]]
         approximate=approximate, note=note)
 
 
-_LIVE: dict[tuple[int, float], tuple[CompiledOrder, np.ndarray]] = {}
+_LIVE: dict[tuple[int, float, bool], tuple[CompiledOrder, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
 
-def _live(plan: CompiledOrder, frac: float) -> np.ndarray:
-    """Per memory sample and chunk, the micro-batches still holding activations when B frees ``frac`` of
-    them and W the rest (order-only: cached per compiled order and fraction)."""
-    hit = _LIVE.get((id(plan), frac))
+def _live_all(plan: CompiledOrder, frac: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(per memory sample and chunk, the micro-batches still holding activations when B frees ``frac`` of them
+    and W the rest; each sample's rank; the first sample of each rank): every sample (order-only: cached per
+    compiled order and fraction)."""
+    return _cached_live(plan, frac, False)
+
+
+def _live(plan: CompiledOrder, frac: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_live_all` restricted to each rank's frontier: the samples no other sample of the rank holds at least
+    as many micro-batches of every chunk as (one of equal ones). With non-negative activation sizes a dropped
+    sample's bytes never exceed a kept one's (products and a sum in the same order are monotone in each term),
+    so the rank's peak is the same number, from a few rows where a long run has tens of thousands."""
+    return _cached_live(plan, frac, True)
+
+
+def _cached_live(plan: CompiledOrder, frac: float, frontier: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    key = (id(plan), frac, frontier)
+    hit = _LIVE.get(key)
     if hit is not None and hit[0] is plan:
         return hit[1]
     live = plan.mem_alive - frac * plan.mem_b - (1.0 - frac) * plan.mem_w
+    out = _frontier(live, plan.mem_row_rank, plan.mem_segments) if frontier else \
+        (live, plan.mem_row_rank, plan.mem_segments)
     if len(_LIVE) > 1024:
         _LIVE.clear()
-    _LIVE[(id(plan), frac)] = (plan, live)
-    return live
+    _LIVE[key] = (plan, out)
+    return out
+
+
+def _frontier(live: np.ndarray, rows_rank: np.ndarray, segments: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each segment's (rank's) non-dominated rows of ``live`` (see :func:`_live`), the rows' ranks and the new
+    segment starts."""
+    bounds = [int(x) for x in segments] + [live.shape[0]]
+    if any(b <= a for a, b in zip(bounds[:-1], bounds[1:])):  # a rank without samples: keep them all
+        return live, rows_rank, segments
+    parts, ranks, starts, at = [], [], [], 0
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        parts.append(kept := _non_dominated(live[a:b]))
+        ranks.append(np.full(len(kept), rows_rank[a], dtype=rows_rank.dtype))
+        starts.append(at)
+        at += len(kept)
+    return (np.ascontiguousarray(np.concatenate(parts)), np.concatenate(ranks),
+            np.asarray(starts, dtype=segments.dtype))
+
+
+def _non_dominated(rows: np.ndarray) -> np.ndarray:
+    """The rows no other row is >= in every column (one of equal rows), and in 3 or more columns perhaps a few more:
+    a superset of the frontier, so the largest bytes of the rows kept are those of all the rows."""
+    if rows.shape[1] == 1:
+        return rows[[int(np.argmax(rows[:, 0]))]]
+    if rows.shape[1] == 2:  # by the first column descending (ties: the second): kept where the second exceeds all before
+        order = np.lexsort((-rows[:, 1], -rows[:, 0]))
+        r = rows[order]
+        before = np.maximum.accumulate(r[:, 1])
+        keep = np.empty(len(r), dtype=bool)
+        keep[0] = True
+        keep[1:] = r[1:, 1] > before[:-1]
+        return r[keep]
+    rows = rows[np.argsort(-rows.sum(axis=1), kind="stable")]
+    kept = []
+    while len(rows):  # keep the largest sum left, drop every row it dominates (itself and equal rows too); a kept
+        kept.append(rows[0])  # row another dominates with an equal rounded sum is extra, never wrong
+        rows = rows[~(rows <= rows[0]).all(axis=1)]
+    return np.stack(kept)
 
 
 def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom", approximate: bool = False,

@@ -1,0 +1,39 @@
+"""The pipeline result's activation peaks read each rank's frontier of memory samples (``simulator._live``):
+the same numbers, bit for bit, as reading every sample, for any schedule and non-negative activation sizes."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oracle.pipeline import _plan
+from oracle.pipeline.schedules import SCHEDULES
+from oracle.pipeline.simulator import _live, _live_all, run_compiled
+from tests.oracle.test_pipeline_properties import case_st
+
+FIXED = tuple(n for n, s in SCHEDULES.items() if not s.cost_aware)
+
+
+def _peaks(parts, act) -> list[float]:
+    live, ranks, segments = parts
+    return np.maximum.reduceat((live * np.asarray(act, dtype=float)[ranks]).sum(axis=1), segments).tolist()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=case_st(FIXED), frac=st.floats(0.0, 1.0),
+       scale=st.sampled_from([1.0, 1e-3, 3.7e9]), data=st.data())
+def test_the_frontier_gives_every_samples_peaks(case, frac, scale, data):
+    name, pp, vpp, m, costs = case
+    plan = _plan(name, pp, vpp, m, None)[0]
+    act = [[data.draw(st.floats(0.0, 10.0)) * scale for _ in range(vpp)] for _ in range(pp)]
+    full, front = _live_all(plan, frac), _live(plan, frac)
+    assert len(front[0]) <= len(full[0])
+    assert _peaks(front, act) == _peaks(full, act)
+    res = run_compiled(plan, costs)  # the result object reads the frontier
+    assert list(res.peak_activation_bytes) == _peaks(_live_all(plan, costs.b_release_fraction), costs.act_bytes)
+
+
+def test_a_long_run_keeps_a_few_samples_per_rank():
+    plan = _plan("1f1b", 8, 1, 1024, None)[0]
+    full, front = _live_all(plan, 0.5), _live(plan, 0.5)
+    assert len(full[0]) >= 8 * 1024 and len(front[0]) == 8  # vpp 1: one sample per rank, its largest
