@@ -155,6 +155,7 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
     # the per-op steps only a timeline (and a Gantt chart) reads: built on first use
     steps = LazySteps((rank, own, d1, b1, d2, gci), perm)
     return dict(chain=chain, tails=tails,
+        chain_arrays=(chain.array, np.asarray(tails, dtype=np.int64).reshape(-1, 2)),
         order=order, steps=steps, step_slots=perm.astype(np.intp),
         rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * n_stages,
         op_counts=tuple(tuple(row) for row in op_counts.tolist()),
@@ -214,14 +215,14 @@ class LazySteps(Sequence):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _chain_tuples(key: np.ndarray, prev: np.ndarray, fold: np.ndarray, dep: np.ndarray, bnd: np.ndarray,
-                  ci: np.ndarray, n_keys: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
-    """The chain's step tuples from its columns. The replay reads a step's key, predecessor and dependency as
-    list indices: the keys are made in step order and a predecessor or dependency is the very int object of the
-    key it names (as the step-by-step fold shares them), which keeps the loop's reads in cache (fresh ints per
-    column replay ~2 % slower)."""
-    if len(key) == 0:
+def _chain_tuples(chain: np.ndarray, n_keys: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    """The chain's step tuples from its ``(n, 6)`` array. The Python replay reads a step's key, predecessor and
+    dependency as list indices: the keys are made in step order and a predecessor or dependency is the very int
+    object of the key it names (as the step-by-step fold shares them), which keeps the loop's reads in cache
+    (fresh ints per column replay ~2 % slower)."""
+    if len(chain) == 0:
         return ()
+    key, prev, fold, dep, bnd, ci = chain.T
     keys = key.tolist()
     by_key: list[int | None] = [None] * (n_keys + 2)  # key k at k + 1; -1 (no step) at 0
     by_key[0] = -1
@@ -233,9 +234,41 @@ def _chain_tuples(key: np.ndarray, prev: np.ndarray, fold: np.ndarray, dep: np.n
     return tuple(zip(keys, named(prev), fold.tolist(), named(dep), bnd.tolist(), ci.tolist()))
 
 
+class LazyChain(Sequence):
+    """``CompiledOrder.chain`` from the compiler's ``(n, 6)`` int64 array (the compiled replay's input as is),
+    its step tuples built on first use: a process that replays with ``_jit`` never reads them (they were ~half
+    of a new plan's compile time)."""
+
+    __slots__ = ("array", "_n_keys", "_rows")
+
+    def __init__(self, array: np.ndarray, n_keys: int) -> None:
+        self.array, self._n_keys = array, n_keys
+        self._rows: tuple[tuple[int, int, int, int, int, int], ...] | None = None
+
+    def rows(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+        if self._rows is None:
+            with _collector_paused():
+                self._rows = _chain_tuples(self.array, self._n_keys)
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.rows()[i]
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int]]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray, gci: np.ndarray,
                  perm: np.ndarray, offsets: np.ndarray, n_keys: int
-                 ) -> tuple[tuple[tuple[int, int, int, int, int, int], ...], tuple[tuple[int, int], ...]]:
+                 ) -> tuple[LazyChain, tuple[tuple[int, int], ...]]:
     """``CompiledOrder``'s (chain, tails) from per-slot columns and the evaluation order ``perm``: the same fold
     as ``simulator.fold_steps`` (which walks the steps one by one), computed with numpy. A rank's steps come in
     its slot order (the rank predecessor first), so "the rank's previous op" is the previous slot."""
@@ -271,7 +304,9 @@ def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarr
     bnd = np.where(foldable, -1, b1)
     sel = np.flatnonzero(emitted)
     order = sel[np.argsort(at[sel], kind="stable")]
-    chain = _chain_tuples(own[order], prev[order], fold[order], dep[order], bnd[order], gci[order], n_keys)
+    chain = np.empty((len(order), 6), dtype=np.int64)
+    for j, col in enumerate((own, prev, fold, dep, bnd, gci)):
+        chain[:, j] = col[order]
     tails = []
     for r in range(len(offsets) - 1):
         lo, hi = int(offsets[r]), int(offsets[r + 1])
@@ -280,7 +315,7 @@ def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarr
             continue
         e = int(latest[hi - 1])
         tails.append((int(own[e]) if e >= lo else -1, int(gci[hi - 1]) if foldable[hi - 1] else -1))
-    return chain, tuple(tails)
+    return LazyChain(chain, n_keys), tuple(tails)
 
 
 def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.ndarray, n: int,

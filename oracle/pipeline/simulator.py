@@ -84,7 +84,8 @@ class CompiledOrder:
     last stage's F...) only delays its rank's next op: it is folded into that op as one cost added to
     the predecessor's end (one op at most, so the same float additions: bit-identical times).
     None at construction: folded from ``steps`` (:func:`fold_steps`); the vectorised compiler passes the
-    same fold computed with numpy (``fast_compile.fold_columns``)."""
+    same fold computed with numpy (``fast_compile.fold_columns``) as a ``LazyChain``: its array is
+    ``chain_arrays[0]``, the tuples are made when the Python replay first reads them."""
     tails: tuple[tuple[int, int], ...] | None = field(default=None, repr=False)
     """Per rank (its last emitted key, a folded cost index after it): the rank's end."""
     chain_arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
@@ -530,7 +531,8 @@ def _chain_levels(plan: CompiledOrder) -> tuple[list[tuple[np.ndarray, ...]], np
         lv = level[prev] if level[prev] > level[d] else level[d]
         level[key] = lv + 1
         step_level.append(lv + 1)
-    chain = np.asarray(plan.chain, dtype=np.intp).reshape(-1, 6)
+    chain = (plan.chain_arrays[0].astype(np.intp, copy=False) if plan.chain_arrays is not None
+             else np.asarray(plan.chain, dtype=np.intp).reshape(-1, 6))
     order = np.argsort(np.asarray(step_level, dtype=np.intp), kind="stable")
     bounds = np.flatnonzero(np.diff(np.asarray(step_level, dtype=np.intp)[order])) + 1
     levels = [tuple(np.ascontiguousarray(part[:, j]) for j in range(6)) for part in np.split(chain[order], bounds)]

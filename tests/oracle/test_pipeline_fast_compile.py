@@ -101,7 +101,11 @@ def test_array_builders_equal_the_op_list_builders(data):
     fast, ref = array_and_reference_plans(name, pp, vpp, m)
     assert_same_plan(fast, ref)
     # the array compiler's folded chain and rank tails (numpy) are the step-by-step fold of its own steps
-    assert (fast.chain, fast.tails) == fold_steps(tuple(fast.steps), pp)
+    chain, tails = fold_steps(tuple(fast.steps), pp)
+    assert (fast.chain, fast.tails) == (chain, tails)
+    # ... and the arrays the compiled replay reads (no tuples made) are the same steps
+    assert fast.chain_arrays[0].tolist() == [list(step) for step in chain]
+    assert fast.chain_arrays[1].tolist() == [list(tail) for tail in tails]
 
 
 @pytest.mark.parametrize("name,pp,vpp,m", [("1f1b", 32, 1, 512), ("interleaved", 16, 3, 256),
