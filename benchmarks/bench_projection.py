@@ -26,10 +26,16 @@ the same benchmark run on the code before issue 27, ``--code`` pointing at that 
 default ``auto``: a process switches to it after 5M replayed steps, and the phase in which it loads it pays
 the 0.7-1.6 s); each full-projection rate says which replay it ran: ``[python]``, ``[compiled]`` or
 ``[switched]`` (loaded during that phase, its load counted).
+
+Each phase starts after a full garbage collection (untimed), so none lands inside a phase by chance: one costs
+~0.1 s once the oracle's caches hold ~270k objects, about a whole batch phase. A long search does pay them: over
+4,500 new Mixtral points 2 full collections took 0.22-0.25 s of 2.6-3.0 s (~8 %; ``gc.callbacks``), so the
+rates here are that much above a long search's.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -74,6 +80,9 @@ def _compiled_replay() -> bool | None:
 
 def _timed(fn, arg) -> float:
     before = _compiled_replay()
+    # a full collection first (untimed): with the space's points on the heap one costs ~0.1-0.2 s, and whether the
+    # collector's counters reached one inside a 0.1 s phase swung the same tree's batch rates x1.7-2.6 between runs
+    gc.collect()
     t0 = time.process_time()
     fn(arg)
     dt = time.process_time() - t0
