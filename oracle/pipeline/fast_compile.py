@@ -184,35 +184,51 @@ def flat_rows(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray,
     return tuple(zip(*(col[perm].tolist() for col in (rank, own, d1, b1, d2, gci))))
 
 
-class LazySteps(Sequence):
-    """``CompiledOrder.steps`` (see :func:`flat_rows`) from the compiler's columns, built on first use: a
-    projection replays the folded chain and never reads them."""
+class _LazyRows(Sequence):
+    """A tuple of int-tuple rows built from the compiler's arrays on first read (:meth:`_build`, with the collector
+    paused), reading as that tuple: most projections never read them."""
 
-    __slots__ = ("_cols", "_perm", "_rows")
+    __slots__ = ("_rows",)
 
-    def __init__(self, cols: tuple[np.ndarray, ...], perm: np.ndarray) -> None:
-        self._cols, self._perm = cols, perm
-        self._rows: tuple[tuple[int, int, int, int, int, int], ...] | None = None
+    def __init__(self) -> None:
+        self._rows: tuple[tuple[int, ...], ...] | None = None
 
-    def rows(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    def _build(self) -> tuple[tuple[int, ...], ...]:
+        raise NotImplementedError
+
+    def rows(self) -> tuple[tuple[int, ...], ...]:
         if self._rows is None:
             with _collector_paused():
-                self._rows = flat_rows(*self._cols, self._perm)
+                self._rows = self._build()
         return self._rows
-
-    def __len__(self) -> int:
-        return len(self._perm)
 
     def __getitem__(self, i):  # type: ignore[override]
         return self.rows()[i]
 
-    def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
         return iter(self.rows())
 
     def __eq__(self, other: object) -> bool:
         return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class LazySteps(_LazyRows):
+    """``CompiledOrder.steps`` (see :func:`flat_rows`) from the compiler's columns, built on first use: a
+    projection replays the folded chain and never reads them."""
+
+    __slots__ = ("_cols", "_perm")
+
+    def __init__(self, cols: tuple[np.ndarray, ...], perm: np.ndarray) -> None:
+        super().__init__()
+        self._cols, self._perm = cols, perm
+
+    def _build(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+        return flat_rows(*self._cols, self._perm)
+
+    def __len__(self) -> int:
+        return len(self._perm)
 
 
 def _chain_tuples(chain: np.ndarray, n_keys: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
@@ -234,36 +250,22 @@ def _chain_tuples(chain: np.ndarray, n_keys: int) -> tuple[tuple[int, int, int, 
     return tuple(zip(keys, named(prev), fold.tolist(), named(dep), bnd.tolist(), ci.tolist()))
 
 
-class LazyChain(Sequence):
+class LazyChain(_LazyRows):
     """``CompiledOrder.chain`` from the compiler's ``(n, 6)`` int64 array (the compiled replay's input as is),
     its step tuples built on first use: a process that replays with ``_jit`` never reads them (they were ~half
     of a new plan's compile time)."""
 
-    __slots__ = ("array", "_n_keys", "_rows")
+    __slots__ = ("array", "_n_keys")
 
     def __init__(self, array: np.ndarray, n_keys: int) -> None:
+        super().__init__()
         self.array, self._n_keys = array, n_keys
-        self._rows: tuple[tuple[int, int, int, int, int, int], ...] | None = None
 
-    def rows(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
-        if self._rows is None:
-            with _collector_paused():
-                self._rows = _chain_tuples(self.array, self._n_keys)
-        return self._rows
+    def _build(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+        return _chain_tuples(self.array, self._n_keys)
 
     def __len__(self) -> int:
         return len(self.array)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self.rows()[i]
-
-    def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int]]:
-        return iter(self.rows())
-
-    def __eq__(self, other: object) -> bool:
-        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarray, gci: np.ndarray,
