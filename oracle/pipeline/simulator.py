@@ -375,15 +375,24 @@ def _chain_span(plan: CompiledOrder, cost: list[float], lat: list[float]) -> flo
     enough to pay for loading it (``_jit``), else :func:`_replay_chain`; bit-identical either way."""
     fn = _jit.compiled(len(plan.chain))
     if fn is not None:
-        arrays = plan.chain_arrays
-        if arrays is None:
-            arrays = (np.asarray(plan.chain, dtype=np.int64).reshape(-1, 6),
-                      np.asarray(plan.tails, dtype=np.int64).reshape(-1, 2))
-            object.__setattr__(plan, "chain_arrays", arrays)
-        return fn(arrays[0], arrays[1], np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64),
-                  plan.n_keys)
-    fin = _replay_chain(plan, cost, lat)
+        chain, tails = _chain_arrays(plan)
+        return fn(chain, tails, np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64), plan.n_keys)
+    return _makespan(plan, _replay_chain(plan, cost, lat), cost)
+
+
+def _makespan(plan: CompiledOrder, fin: list[float], cost: list[float]) -> float:
+    """The latest rank end from a replay's finish times (a rank without ops: 0)."""
     return max(fin[k] + cost[fold] for k, fold in plan.tails)
+
+
+def _chain_arrays(plan: CompiledOrder) -> tuple[np.ndarray, np.ndarray]:
+    """``plan.chain_arrays``: the vectorised compiler's, else made from the chain and tails once per plan."""
+    arrays = plan.chain_arrays
+    if arrays is None:
+        arrays = (np.asarray(plan.chain, dtype=np.int64).reshape(-1, 6),
+                  np.asarray(plan.tails, dtype=np.int64).reshape(-1, 2))
+        object.__setattr__(plan, "chain_arrays", arrays)
+    return arrays
 
 
 def _result(plan: CompiledOrder, costs: StageCosts, cost_vecs: list[list[float]], makespan: float, *, name: str,
@@ -485,8 +494,7 @@ def run_compiled(plan: CompiledOrder, costs: StageCosts, *, name: str = "custom"
         return _result(plan, costs, cost_vecs, _chain_span(plan, cost, lat), name=name, approximate=approximate,
                        note=note, times=None)
     fin = _replay_all(plan, cost, lat)
-    makespan = max(fin[k] + cost[fold] for k, fold in plan.tails)  # a rank without ops: 0
-    return _result(plan, costs, cost_vecs, makespan, name=name, approximate=approximate, note=note,
+    return _result(plan, costs, cost_vecs, _makespan(plan, fin, cost), name=name, approximate=approximate, note=note,
                    times=_timeline(plan, fin, lat))
 
 
@@ -531,12 +539,10 @@ def _chain_levels(plan: CompiledOrder) -> tuple[list[tuple[np.ndarray, ...]], np
         lv = level[prev] if level[prev] > level[d] else level[d]
         level[key] = lv + 1
         step_level.append(lv + 1)
-    chain = (plan.chain_arrays[0].astype(np.intp, copy=False) if plan.chain_arrays is not None
-             else np.asarray(plan.chain, dtype=np.intp).reshape(-1, 6))
+    chain, tails = _chain_arrays(plan)
     order = np.argsort(np.asarray(step_level, dtype=np.intp), kind="stable")
     bounds = np.flatnonzero(np.diff(np.asarray(step_level, dtype=np.intp)[order])) + 1
     levels = [tuple(np.ascontiguousarray(part[:, j]) for j in range(6)) for part in np.split(chain[order], bounds)]
-    tails = np.asarray(plan.tails, dtype=np.intp).reshape(-1, 2)
     if len(_LEVELS) > 256:
         _LEVELS.clear()
     _LEVELS[id(plan)] = (plan, levels, tails)
