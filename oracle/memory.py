@@ -221,20 +221,62 @@ _RankSums = tuple[_Rank, ...]
 """One :class:`_Rank` per pipeline rank."""
 
 
-_SUMS: dict[tuple, _RankSums] = {}
+class _BatchRow(NamedTuple):
+    """Sums the batch path computed (:func:`_batch_terms`), kept as one row of its arrays until a projection reads
+    them (:func:`_rank_sums` makes them a ``_RankSums`` then)."""
+
+    nums: np.ndarray
+    """(runs, ranks, ``N_NUMERIC``) of the runs of one placement and policies."""
+    flags: tuple[tuple[bool, bool], ...]
+    """Per rank (has_emb, has_moe)."""
+    losses: tuple[tuple[np.ndarray, ...], ...]
+    """Per rank the loss scratch bytes of each chunk with heads, arrays over the runs."""
+    row: int
+
+
+_SUMS: dict[tuple, "_RankSums | _BatchRow"] = {}
+"""Per-rank sums by :func:`_sums_key`: the scalar path's, or a row of the batch path's arrays."""
+_SUMS_MAX = 16384
+
+
+def _sums_key(run: RunConfig, s: Shape) -> tuple:
+    """Everything :func:`_rank_sums` reads of ``run`` and its shape: placement, shape, recompute policies, and the
+    loss, offloading, CUDA-graph and optimizer settings (the shape is the key's second item)."""
+    t = run.training
+    return (_plan_key(run), s, _mtp_policy(run), _modules(run), t.loss_fusion, t.cpu_offloading,
+            t.cpu_offloading_num_layers, layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t),
+            t.optimizer)
 
 
 def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _RankSums:
-    """The per-rank sums of ``run`` (cached on everything they read: placement, shape, recompute policies, and
-    the loss, offloading, CUDA-graph and optimizer settings)."""
+    """The per-rank sums of ``run`` (cached on :func:`_sums_key`): :func:`_sums_formula` on one run's floats."""
+    key = _sums_key(run, s)
+    hit = _SUMS.get(key)
+    if type(hit) is tuple:
+        return hit
+    if hit is not None:  # a row of the batch path's arrays: the same formula
+        k = hit.row
+        hit = tuple(_Rank(*row[:6], int(row[6]), *row[7:], *flag, tuple((float(x[k]), True) for x in loss))
+                    for row, flag, loss in zip(hit.nums[k].tolist(), hit.flags, hit.losses))
+    else:
+        hit = tuple(_Rank(*nums, has_emb, has_moe, tuple((x, True) for x in loss))
+                    for nums, has_emb, has_moe, loss in _sums_formula(_Scalar, run, blocks(run.model, s), s.tokens,
+                                                                      s.graph.tp, assumptions))
+        if len(_SUMS) > _SUMS_MAX:
+            _SUMS.clear()
+    _SUMS[key] = hit
+    return hit
+
+
+def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumptions) -> list:
+    """Per rank of ``run``'s placement: (the ``N_NUMERIC`` sums of :class:`_Rank`, has_emb, has_moe, the loss
+    scratch bytes per chunk with heads). ``b`` its blocks, ``tokens`` and ``tp`` its shape's tokens per micro-batch
+    and tensor-parallel size: one run's (:class:`Blocks`, numbers; ``xp`` = ``_Scalar``) or, for runs of one
+    placement and policies but of different shapes, arrays over the runs (:class:`_BlockColumns`; ``xp`` = numpy):
+    the same operations in the same order, so the same bits. Of ``run`` it reads only what :func:`_sums_key`
+    holds besides the shape (the batch groups runs on that)."""
     t, card = run.training, run.model
     mtp_pol, mods = _mtp_policy(run), _modules(run)
-    key = (_plan_key(run), s, mtp_pol, mods, t.loss_fusion, t.cpu_offloading, t.cpu_offloading_num_layers,
-           layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t), t.optimizer)
-    hit = _SUMS.get(key)
-    if hit is not None:
-        return hit
-    b = blocks(card, s)
     no_graphs = full_iteration(t)
     ranks = []
     for chunks in _plans(run):
@@ -243,7 +285,7 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
         largest_unit = 0.0  # FSDP gathers one layer / embedding / head at a time
         graph_regions = 0  # CUDA-graph regions of the rank's layers (static input/output buffers each)
         has_moe = has_emb = False
-        loss: list[float] = []
+        loss: list = []
         for ch in chunks:
             for kind, pol, n in ch.layers:
                 lb = b.layer(kind)
@@ -253,19 +295,19 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
                 gemm += n * lb.gemm_params
                 layer_act += n * lb.act(pol, mods)
                 graph_regions += n * len(layer_regions(t, kind))
-                largest_unit = max(largest_unit, lb.params)
+                largest_unit = xp.maximum(largest_unit, lb.params)
                 if pol != "none":
-                    remat = max(remat, lb.act_none - lb.act(pol, mods))  # op_sac can save more than none
+                    remat = xp.maximum(remat, lb.act_none - lb.act(pol, mods))  # op_sac can save more than none
             if ch.has_embedding:
                 e = b.embedding
                 p_dense += e.params_dense
                 emb_act, has_emb = e.act_none, True
-                largest_unit = max(largest_unit, e.params)
+                largest_unit = xp.maximum(largest_unit, e.params)
             if ch.has_output:
                 hd = _head(b, run, ch)
                 p_dense += hd.params_dense
                 head_act = hd.act_none
-                largest_unit = max(largest_unit, hd.params)
+                largest_unit = xp.maximum(largest_unit, hd.params)
             if ch.mtp and b.mtp is not None and b.mtp_head is not None:  # all MTP modules sit on one chunk
                 extra = _extra_embedding_params(b, run, ch)
                 p_dense += b.mtp.params_dense + b.mtp_head.params_dense + extra
@@ -277,14 +319,14 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
                 else:  # a stage of its own (layout string): held like a layer until the loss's gradient returns
                     layer_act += mtp_act
                 has_moe |= card.is_moe
-                largest_unit = max(largest_unit, b.mtp.params / card.mtp_layers, extra)
+                largest_unit = xp.maximum(xp.maximum(largest_unit, b.mtp.params / card.mtp_layers), extra)
                 if mtp_pol != "none":
-                    remat = max(remat, (b.mtp.act_none - b.mtp.act(mtp_pol, mods)) / card.mtp_layers)
+                    remat = xp.maximum(remat, (b.mtp.act_none - b.mtp.act(mtp_pol, mods)) / card.mtp_layers)
             heads = int(ch.has_output) + ch.mtp
             if heads and not t.loss_fusion and assumptions.loss_fp32_scratch:
                 # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
-                v_r = card.padded_vocab(t.tp) / t.tp
-                loss.append(heads * s.tokens * v_r * FP32)
+                v_r = card.padded_vocab(tp) / tp
+                loss.append(heads * tokens * v_r * FP32)
         if t.cpu_offloading and t.cpu_offloading_num_layers:
             # the offloaded layers' saved activations live in host memory; one layer's worth stays as the
             # staging buffer its copy runs through (Megatron-Core's double-buffered offload handler)
@@ -292,14 +334,56 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
             per_layer = layer_act / n_layers if n_layers else 0.0
             layer_act -= max(0, min(t.cpu_offloading_num_layers, n_layers) - 1) * per_layer
         # Muon: the layers' GEMM weights (2-D) keep master + momentum, the rest AdamW's three fp32 values
-        opt_bytes = state_bytes_per_param(t.optimizer, min(1.0, gemm / (p_dense + p_exp)) if p_dense + p_exp else 0.0)
-        ranks.append(_Rank(p_dense, p_exp, gemm, layer_act, largest_unit, remat, 0 if no_graphs else graph_regions,
-                           emb_act, head_act, mtp_edge, opt_bytes, has_emb, has_moe, tuple((x, True) for x in loss)))
-    hit = tuple(ranks)
-    if len(_SUMS) > 4096:
-        _SUMS.clear()
-    _SUMS[key] = hit
-    return hit
+        params = p_dense + p_exp
+        opt_bytes = state_bytes_per_param(t.optimizer, xp.where(params != 0, xp.minimum(
+            1.0, gemm / xp.where(params != 0, params, 1.0)), 0.0))
+        ranks.append(((p_dense, p_exp, gemm, layer_act, largest_unit, remat, 0 if no_graphs else graph_regions,
+                       emb_act, head_act, mtp_edge, opt_bytes), has_emb, has_moe, loss))
+    return ranks
+
+
+class _BlockColumns:
+    """The :class:`Blocks` interface :func:`_sums_formula` reads, over several shapes at once: each part's
+    values as arrays over the shapes (``b.layer(kind).params_dense``, ``b.head.act_none``, ``act(policy,
+    modules)``, ...), each built on first read."""
+
+    __slots__ = ("_bs", "_parts")
+
+    def __init__(self, bs: Sequence[Blocks]) -> None:
+        self._bs, self._parts = bs, {}
+
+    def _part(self, name: str) -> "_PartColumns | None":
+        hit = self._parts.get(name)
+        if hit is None and name not in self._parts:
+            parts = [b._part(name) for b in self._bs]
+            hit = self._parts[name] = None if parts[0] is None else _PartColumns(parts)
+        return hit
+
+    def layer(self, kind: str) -> "_PartColumns":
+        return self._part("moe" if kind == "moe" else "dense")  # type: ignore[return-value]
+
+    embedding = property(lambda self: self._part("embedding"))
+    head = property(lambda self: self._part("head"))
+    head_no_weight = property(lambda self: self._part("head_no_weight"))
+    mtp = property(lambda self: self._part("mtp"))
+    mtp_head = property(lambda self: self._part("mtp_head"))
+
+
+class _PartColumns:
+    """One block part of several shapes: its fields as float64 arrays over the shapes."""
+
+    def __init__(self, parts: Sequence[Block]) -> None:
+        self._blocks = parts
+
+    def __getattr__(self, field: str) -> np.ndarray:
+        if field.startswith("_"):
+            raise AttributeError(field)
+        col = np.array([getattr(p, field) for p in self._blocks], dtype=np.float64)
+        setattr(self, field, col)
+        return col
+
+    def act(self, policy: str, modules: frozenset[str] = DEFAULT_SELECTIVE) -> np.ndarray:
+        return np.array([p.act(policy, modules) for p in self._blocks], dtype=np.float64)
 
 
 _IN_FLIGHT: dict[tuple, tuple[tuple[float, ...], float]] = {}
@@ -360,10 +444,15 @@ def _run_terms(run: RunConfig, assumptions: MemoryAssumptions
                ) -> tuple[_RankSums, tuple[float, ...], _RunValues]:
     """What the memory formula reads of one run: its per-rank sums, the closed-form in-flight counts per rank,
     and its other values."""
+    s = shape_of(run, assumptions)
+    return (_rank_sums(run, s, assumptions), *_run_values(run, s, assumptions))
+
+
+def _run_values(run: RunConfig, s: Shape, assumptions: MemoryAssumptions
+                ) -> tuple[tuple[float, ...], _RunValues]:
+    """The closed-form in-flight counts per rank of ``run`` (shape ``s``), and its other values."""
     t, card = run.training, run.model
     lay = Layout(run)
-    s = shape_of(run, assumptions)
-    sums = _rank_sums(run, s, assumptions)
     f_closed, emb_if = _closed_in_flight(t.schedule, t.pp, t.vpp, max(1, lay.num_microbatches))
     grad_b = BYTES_GRAD if t.grad_reduce_in_fp32 else BYTES_GRAD_BF16
     fp8_copy = 1.0 + (1.0 / 32 if t.fp8_recipe == "mxfp8" else 0.0)  # an FP8 weight copy (+ MXFP8's scale per 32)
@@ -387,7 +476,7 @@ def _run_terms(run: RunConfig, assumptions: MemoryAssumptions
               lay.edp,  # expert params: expert data parallel
               grad_b, t.fsdp, t.fsdp or t.use_distributed_optimizer, t.fp8_param_gather, coef, per,
               s.seq_tokens, card.hidden_size, common[0][1] if common else 0.0, bool(common))
-    return sums, f_closed, _RunValues(*values, bool(name), name, common[0][0] if common else "")
+    return f_closed, _RunValues(*values, bool(name), name, common[0][0] if common else "")
 
 
 class _Scalar:
@@ -438,6 +527,77 @@ class _NS:
         self.__dict__.update(d)
 
 
+def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> tuple:
+    """:func:`_run_terms` of runs of one pp, as arrays over (runs, ranks): the ``N_NUMERIC`` sums (n, pp, fields),
+    has_emb and has_moe (n, pp), the loss scratch as [(bytes, present) per chunk with heads] of (n, pp) arrays, the
+    closed-form in-flight counts (n, pp), and each run's :class:`_RunValues`. Sums already computed are read; the
+    others are :func:`_sums_formula` over arrays, once per placement and policies for all their shapes."""
+    n, pp = len(runs), runs[0].training.pp
+    nums = np.empty((n, pp, N_NUMERIC))
+    has_emb, has_moe = np.empty((n, pp), dtype=bool), np.empty((n, pp), dtype=bool)
+    f = []
+    losses: list[tuple] = []  # (rows, rank, chunk-with-heads index, bytes)
+    values, hit_rows, hits = [], [], []
+    earlier: dict[int, tuple[tuple, list[int], list[int]]] = {}  # an earlier batch's entry: its rows here, there
+    misses: dict[tuple, tuple[RunConfig, list[int], list[Shape], list[tuple]]] = {}
+    for i, run in enumerate(runs):
+        s = shape_of(run, assumptions)
+        key = _sums_key(run, s)
+        hit = _SUMS.get(key)
+        if type(hit) is tuple:
+            hit_rows.append(i)
+            hits.append(hit)
+            for r, rk in enumerate(hit):
+                losses += [(i, r, j, x) for j, (x, _) in enumerate(rk.loss)]
+        elif hit is not None:
+            there = earlier.get(id(hit.nums))
+            if there is None:
+                there = earlier[id(hit.nums)] = (hit, [], [])
+            there[1].append(i)
+            there[2].append(hit.row)
+        else:
+            group = misses.get(gkey := key[:1] + key[2:])  # the same placement and policies: one formula
+            if group is None:
+                group = misses[gkey] = (run, [], [], [])
+            group[1].append(i)
+            group[2].append(s)
+            group[3].append(key)
+        f_closed, v = _run_values(run, s, assumptions)
+        f.append(f_closed)
+        values.append(v)
+    if hits:
+        nums[hit_rows] = [[rk[:N_NUMERIC] for rk in x] for x in hits]
+        has_emb[hit_rows] = [[rk.has_emb for rk in x] for x in hits]
+        has_moe[hit_rows] = [[rk.has_moe for rk in x] for x in hits]
+    for e, rows, ks in earlier.values():
+        nums[rows] = e.nums[ks]
+        for r, ((emb, moe), loss) in enumerate(zip(e.flags, e.losses)):
+            has_emb[rows, r], has_moe[rows, r] = emb, moe
+            losses += [(rows, r, j, x[ks]) for j, x in enumerate(loss)]
+    for run, rows, shapes, keys in misses.values():
+        b = _BlockColumns([blocks(run.model, s) for s in shapes])
+        tokens = np.array([s.tokens for s in shapes], dtype=np.float64)
+        tp = np.array([s.graph.tp for s in shapes], dtype=np.int64)
+        per_rank = _sums_formula(np, run, b, tokens, tp, assumptions)
+        for r, (rank_nums, emb, moe, loss) in enumerate(per_rank):
+            for j, v in enumerate(rank_nums):
+                nums[rows, r, j] = v
+            has_emb[rows, r], has_moe[rows, r] = emb, moe
+            losses += [(rows, r, j, x) for j, x in enumerate(loss)]
+        group_nums, flags = nums[rows], tuple((emb, moe) for _, emb, moe, _ in per_rank)
+        group_losses = tuple(tuple(loss) for _, _, _, loss in per_rank)
+        if len(_SUMS) + len(keys) > _SUMS_MAX:
+            _SUMS.clear()
+        for k, key in enumerate(keys):  # kept for a projection of these runs (_rank_sums) and the next batch
+            _SUMS[key] = _BatchRow(group_nums, flags, group_losses, k)
+    k_loss = 1 + max((j for _, _, j, _ in losses), default=-1)
+    loss_parts = [(np.zeros((n, pp)), np.zeros((n, pp), dtype=bool)) for _ in range(k_loss)]
+    for rows, r, j, x in losses:
+        loss_parts[j][0][rows, r] = x
+        loss_parts[j][1][rows, r] = True
+    return nums, has_emb, has_moe, loss_parts, np.array(f, dtype=np.float64), values
+
+
 def memory_peaks(runs: Sequence[RunConfig], *, assumptions: MemoryAssumptions = DEFAULT
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(peak bytes, cap bytes) per run of ``runs``: ``project_memory(run, trees='none')``'s ``peak_bytes`` and
@@ -449,22 +609,15 @@ def memory_peaks(runs: Sequence[RunConfig], *, assumptions: MemoryAssumptions = 
     for i, r in enumerate(runs):
         by_pp.setdefault(r.training.pp, []).append(i)
     for idx in by_pp.values():
-        terms = [_run_terms(runs[i], assumptions) for i in idx]
-        sums = [x[0] for x in terms]
-        rows = np.array([[rk[:N_NUMERIC] for rk in x] for x in sums], dtype=np.float64)  # (n, pp, fields)
-        S = {k: rows[:, :, j] for j, k in enumerate(_Rank._fields[:N_NUMERIC])}
-        S["has_emb"] = np.array([[rk.has_emb for rk in x] for x in sums], dtype=bool)
-        vals = np.array([x[2][:len(_RUN_FIELDS)] for x in terms], dtype=np.float64)  # (n, fields)
+        nums, has_emb, has_moe, loss, f, values = _batch_terms([runs[i] for i in idx], assumptions)
+        S = {k: nums[:, :, j] for j, k in enumerate(_Rank._fields[:N_NUMERIC])}
+        S["has_emb"], S["has_moe"], S["loss"] = has_emb, has_moe, loss
+        vals = np.array([v[:len(_RUN_FIELDS)] for v in values], dtype=np.float64)  # (n, fields)
         R = {k: vals[:, j:j + 1] for j, k in enumerate(_RUN_FIELDS)}
         for k in ("fsdp", "opt_sharded", "fp8pg", "moe_has"):
             R[k] = R[k] != 0
-        R["cached"] = np.array([[x[2].cached] for x in terms])
+        R["cached"] = np.array([[v.cached] for v in values])
         R["cache_name"], R["moe_name"] = "weight_cache", "moe_buffers"  # per run: the names only label parts
-        S["has_moe"] = np.array([[rk.has_moe for rk in x] for x in sums], dtype=bool)
-        k_loss = max(len(rk.loss) for x in sums for rk in x)
-        S["loss"] = [(np.array([[rk.loss[j][0] if j < len(rk.loss) else 0.0 for rk in x] for x in sums]),
-                      np.array([[j < len(rk.loss) for rk in x] for x in sums])) for j in range(k_loss)]
-        f = np.array([x[1] for x in terms], dtype=np.float64)
         params, grads, optimizer, activations, other = _stage_formula(np, _NS(S), _NS(R), f, f, False)
         total = params + grads + optimizer + activations
         if other:

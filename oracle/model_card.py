@@ -148,6 +148,19 @@ class ModelCard:
     def shared_ffn(self) -> int:
         return (self.shared_expert_ffn_hidden_size or self.expert_ffn) * self.num_shared_experts
 
+    def __hash__(self) -> int:
+        """The fields' hash (the dataclass's own), computed once per card: a card keys most of the oracle's caches,
+        and hashing its fields costs about as much as the rest of a cache lookup."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash(tuple(getattr(self, f) for f in _HASHED_FIELDS))
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)  # string hashes differ between processes: a copy hashes itself again
+        return state
+
     def padded_vocab(self, tp: int = 1) -> int:
         m = self.make_vocab_size_divisible_by * tp
         return -(-self.vocab_size // m) * m
@@ -360,6 +373,8 @@ class ModelCard:
         return dataclasses.replace(self, **changes)
 
 
+_HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(ModelCard) if (f.compare if f.hash is None else f.hash))
+"""The fields the dataclass's generated hash would read (``ModelCard.__hash__``)."""
 _REQUIRED = tuple(f.name for f in dataclasses.fields(ModelCard) if f.init and f.default is dataclasses.MISSING
                   and f.default_factory is dataclasses.MISSING and f.name != "name")
 """The keys every card states (``name`` comes from the file name when absent)."""

@@ -8,6 +8,7 @@ from functools import lru_cache
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from oracle import memory
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.memory import memory_peaks, project_memory
@@ -19,6 +20,7 @@ SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 EXTRAS = st.fixed_dictionaries({}, optional={
     "grad_reduce_in_fp32": st.booleans(),
+    "loss_fusion": st.booleans(),
     "fp8_param_gather": st.booleans(),
     "fp8_recipe": st.sampled_from(["delayed", "mxfp8", "blockwise"]),
     "optimizer": st.sampled_from(["adam", "muon"]),
@@ -45,13 +47,32 @@ def _legal(cfg: dict, extra: dict) -> RunConfig | None:
 def test_memory_peaks_are_the_scalar_peaks(cases):
     runs = [r for r in (_legal(c, e) for c, e in cases) if r is not None]
     assume(runs)
-    peaks, caps = memory_peaks(runs)
-    one = [project_memory(r, trees="none") for r in runs]
-    assert peaks.tolist() == [m.peak_bytes for m in one]  # exact: the same operations in the same order
+    memory._SUMS.clear()  # each path below computes the per-rank sums itself, or reads what another kept
+    one = [project_memory(r, trees="none") for r in runs]  # the formula on floats
+    scalar = [m.peak_bytes for m in one]
+    assert memory_peaks(runs)[0].tolist() == scalar  # the batch reads the scalar path's sums
+    memory._SUMS.clear()
+    peaks, caps = memory_peaks(runs)  # the formula over arrays
+    assert peaks.tolist() == scalar  # exact: the same operations in the same order
     assert caps.tolist() == [m.cap_bytes for m in one]
+    assert memory_peaks(runs)[0].tolist() == scalar  # rows of the earlier batch's arrays
+    assert [project_memory(r, trees="none") for r in runs] == one  # the scalar path made from those rows
     # the closed-form pre-filter and a projection's memory (simulator in-flight counts) run the same formula
     for r, m in zip(runs, one):
         assert project_memory(r, in_flight=[s.in_flight_microbatches for s in m.stages], trees="none") == m
+
+
+def test_runs_of_one_placement_and_different_shapes_share_one_formula_but_not_their_shape_values():
+    """The batch computes runs of one placement and policies together: what differs with the shape (tokens, the
+    tensor-parallel vocabulary share of an unfused loss's scratch) is each run's own."""
+    base = {"pp": 1, "mbs": 1, "seq_len": 128, "gbs": 4, "loss_fusion": False}
+    runs = [RunConfig.from_dict({"model": "tiny-dense", "cluster": {"hardware": "b200", "num_gpus": 2},
+                                 "training": {**base, **t}}) for t in ({"tp": 1}, {"tp": 2}, {"tp": 2, "mbs": 2})]
+    memory._SUMS.clear()
+    scalar = [project_memory(r, trees="none").peak_bytes for r in runs]
+    memory._SUMS.clear()
+    assert memory_peaks(runs)[0].tolist() == scalar
+    assert len(set(scalar)) == 3
 
 
 @lru_cache(maxsize=1)

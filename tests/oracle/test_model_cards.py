@@ -193,3 +193,17 @@ def test_unknown_model_lists_valid_names():
         load_model("llama9-1t")
     assert err.value.valid == sorted(bundled_models())
     assert "llama9-1t" in str(err.value) and "llama3.1-70b" in str(err.value)
+
+
+def test_a_card_hashes_as_its_fields_and_a_copy_hashes_itself_again():
+    """ModelCard caches its hash (it keys most oracle caches); the cache never travels with a pickled or copied card,
+    whose string hashes differ in another process."""
+    import copy
+    import dataclasses
+    import pickle
+    card = load_model("mixtral-8x22b")
+    assert hash(card) == hash(tuple(getattr(card, f.name) for f in dataclasses.fields(card)))
+    for other in (pickle.loads(pickle.dumps(card)), copy.copy(card), copy.deepcopy(card)):
+        assert "_hash" not in other.__dict__ and other == card and hash(other) == hash(card)
+    changed = card.replace(num_layers=card.num_layers + 1)
+    assert hash(changed) != hash(card) and changed != card
