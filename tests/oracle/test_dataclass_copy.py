@@ -47,3 +47,19 @@ def test_replace_fast_falls_back_where_init_does_more():
                 raise ValueError("x < 0")
     with pytest.raises(ValueError):
         replace_fast(Checked(1), x=-1)
+
+
+@pytest.mark.parametrize("slots", [True, False])
+@pytest.mark.parametrize("frozen", [True, False])
+def test_replace_fast_sets_every_field_with_or_without_slots(slots, frozen):
+    @dataclass(frozen=frozen, slots=slots)
+    class Plain:
+        a: int
+        b: str = "x"
+        c: float = 0.5
+
+    obj = Plain(1, "y", 2.0)
+    for changes in ({}, {"a": 3}, {"b": "z", "c": -1.0}, {"a": 0, "b": "", "c": 0.0}):
+        got = replace_fast(obj, **changes)
+        assert got == replace(obj, **changes) and got is not obj and type(got) is Plain
+    assert obj == Plain(1, "y", 2.0)  # the original untouched
