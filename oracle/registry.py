@@ -9,6 +9,7 @@ file lists (``H100-SXM-80GB`` is ``h100-sxm``), as published tables spell them. 
 """
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -68,6 +69,7 @@ class YamlRegistry(Generic[T]):
     def __init__(self, kind: str, directory: Path, parse_bundled: Callable[[Path, str], T],
                  parse_path: Callable[[Path], T]) -> None:
         self.kind, self.directory = kind, directory
+        self._dir = str(directory)
         self._parse_bundled, self._parse_path = parse_bundled, parse_path
         self._cache: OrderedDict[object, T] = OrderedDict()
         self._names: list[str] = []
@@ -112,10 +114,10 @@ class YamlRegistry(Generic[T]):
 
     def load(self, name_or_path: str) -> T:
         name_or_path = check_name(self.kind, name_or_path)
-        bundled = self.directory / f"{name_or_path}.yaml"
-        is_path = "/" in name_or_path or Path(name_or_path).suffix.lower() in SUFFIXES
-        if not is_path and _exists(bundled):
-            return self._cached(("bundled", name_or_path), lambda: self._parse_bundled(bundled, name_or_path))
+        # string paths, not pathlib: validate loads a card and a profile per row (pathlib's parsing was ~half of it)
+        is_path = "/" in name_or_path or os.path.splitext(name_or_path)[1].lower() in SUFFIXES
+        if not is_path and _exists(bundled := os.path.join(self._dir, f"{name_or_path}.yaml")):
+            return self._cached(("bundled", name_or_path), lambda: self._parse_bundled(Path(bundled), name_or_path))
         path = Path(name_or_path)
         if not is_path and not _exists(path):
             canonical = self.resolve(name_or_path)
@@ -129,9 +131,9 @@ class YamlRegistry(Generic[T]):
         return self._cached(key, lambda: self._parse_path(path))
 
 
-def _exists(path: Path) -> bool:
-    """``path.exists()`` that answers False instead of raising (permissions, odd names)."""
+def _exists(path: Path | str) -> bool:
+    """``os.path.exists(path)``: False instead of raising (permissions, odd names)."""
     try:
-        return path.exists()
+        return os.path.exists(path)
     except (OSError, ValueError):
         return False
