@@ -720,13 +720,26 @@ def _tensor_nodes(blk: Block, n: int, policy: str, mods: frozenset[str]) -> tupl
     return tuple(kids)
 
 
+_NODES: dict[tuple, tuple[Block, MemoryNode]] = {}
+"""Block nodes by (id of the block, count, policy, label, modules), with the block (so its id stays its own): the
+chunks of a rank repeat the same layers, and the nodes are immutable."""
+
+
 def _block_node(blk: Block, n: int = 1, policy: str = "none", label: str | None = None,
                 mods: frozenset[str] = frozenset()) -> MemoryNode:
+    key = (id(blk), n, policy, label, mods)
+    hit = _NODES.get(key)
+    if hit is not None and hit[0] is blk:
+        return hit[1]
     kids = _tensor_nodes(blk, n, policy, mods)
     params, act = sum(k.params for k in kids), sum(k.activation_bytes for k in kids)
     if len(kids) == 1:  # a one-module block (the embedding): its tensors directly
         kids = kids[0].children
-    return MemoryNode(name=label or blk.name, params=params, activation_bytes=act, children=kids)
+    node = MemoryNode(name=label or blk.name, params=params, activation_bytes=act, children=kids)
+    if len(_NODES) > 4096:
+        _NODES.clear()
+    _NODES[key] = (blk, node)
+    return node
 
 
 def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = DEFAULT) -> MemoryNode:
