@@ -29,8 +29,10 @@ the 0.7-1.6 s); each full-projection rate says which replay it ran: ``[python]``
 
 Each phase starts after a full garbage collection (untimed), so none lands inside a phase by chance: one costs
 ~0.1 s once the oracle's caches hold ~270k objects, about a whole batch phase. A long search does pay them: over
-4,500 new Mixtral points 2 full collections took 0.22-0.25 s of 2.6-3.0 s (~8 %; ``gc.callbacks``), so the
-rates here are that much above a long search's.
+4,500 new Mixtral points 2 full collections took 0.22-0.25 s of 2.6-3.0 s (~8 %; ``gc.callbacks``, Python's
+thresholds), so the rates here are that much above a long search's. ``--gc bulk`` (the default) sets the
+collector's thresholds as the command line and the Ray scorers do (``oracle/collector.py``: fewer young and
+middle collections); ``--gc default`` keeps Python's, as every run before that module measured.
 """
 from __future__ import annotations
 
@@ -71,6 +73,18 @@ def draw(space, pts, *, n: int, warm: int, seed: int):
 
 
 _REPLAY = {"last": ""}  # which pipeline replay the last timed phase ran (trees with oracle.pipeline._jit)
+
+
+def set_collector(choice: str) -> str:
+    """Set the collector as the command line does (``bulk``: ``oracle.collector.tune_collector`` of the tree on
+    the path) or leave Python's thresholds (``default``); returns a line saying which."""
+    if choice == "bulk":
+        try:
+            from oracle.collector import tune_collector
+        except ImportError:  # a tree from before oracle/collector.py
+            return f"collector: Python's thresholds {gc.get_threshold()} (this tree has no oracle.collector)"
+        tune_collector()
+    return f"collector: thresholds {gc.get_threshold()} ({choice})"
 
 
 def _compiled_replay() -> bool | None:
@@ -130,12 +144,16 @@ def main() -> int:
     ap.add_argument("--code", default=str(HERE.parent), help="source tree to import the oracle from (A/B runs)")
     ap.add_argument("--record", default=None, help="write the rates to this JSON file")
     ap.add_argument("--reference", default=str(REFERENCE), help="rates to print ratios against")
+    ap.add_argument("--gc", choices=("bulk", "default"), default="bulk",
+                    help="the collector's thresholds: the command line's (bulk, oracle/collector.py: what the product "
+                         "runs) or Python's own (default)")
     ap.add_argument("--jit", choices=("auto", "on", "off"), default=None,
                     help="RAYTUNE_PRIMUS_JIT for this run (default: the environment's, else auto)")
     args = ap.parse_args()
     if args.jit:
         os.environ["RAYTUNE_PRIMUS_JIT"] = args.jit
     sys.path.insert(0, args.code)
+    print(set_collector(args.gc))
     from oracle.config import RunConfig
     from oracle.projector import project
     from searchers.evaluator import OracleEvaluator

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_projection import COST_AWARE, SPACES  # noqa: E402
+from benchmarks.bench_projection import COST_AWARE, SPACES, set_collector  # noqa: E402
 
 ROW_KEYS = ("tp", "pp", "vpp", "cp", "ep", "mbs", "precision", "fsdp", "use_distributed_optimizer", "recompute",
             "pp_schedule", "moe_a2a_backend")
@@ -57,7 +57,10 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=401)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--gc", choices=("bulk", "default"), default="bulk",
+                    help="the collector's thresholds: the command line's (bulk, oracle/collector.py) or Python's")
     args = ap.parse_args()
+    gc_line = set_collector(args.gc)
     rows = rows_of(args.n + 1, args.seed)
     from oracle.validate import validate_rows
     c0, w0 = time.process_time(), time.perf_counter()
@@ -68,7 +71,7 @@ def main() -> int:
     done = [r for r in first + rest if r.skipped is None]
     n = len(rows) - 1
     print(f"validate, {n} fresh Mixtral 8x22B / 32 MI355X rows ({len(done)} of {len(rows)} projected, "
-          f"jobs={args.jobs}); load {os.getloadavg()[0]:.1f}")
+          f"jobs={args.jobs}); load {os.getloadavg()[0]:.1f}; {gc_line}")
     print(f"   start-up (one row): {c1 - c0:.2f} s CPU, {w1 - w0:.2f} s wall")
     print(f"   {n} rows: {n / (c2 - c1):,.0f} rows per CPU second ({1e3 * (c2 - c1) / n:.2f} ms each), "
           f"{n / (w2 - w1):,.0f} rows per wall second")
