@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_projection import SPACES, draw  # noqa: E402
+from benchmarks.bench_projection import SPACES, draw, set_collector  # noqa: E402
 
 
 def _dump(prof: cProfile.Profile, path: Path, title: str) -> None:
@@ -43,7 +43,10 @@ def main() -> int:
     ap.add_argument("--what", default="prefilter,cold,steady")
     ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "profiles"))
     ap.add_argument("--tag", default="now")
+    ap.add_argument("--gc", choices=("bulk", "default"), default="bulk",
+                    help="the collector's thresholds: the command line's (bulk) or Python's (bench_projection.py --gc)")
     args = ap.parse_args()
+    print(set_collector(args.gc))
     from oracle.config import RunConfig
     from oracle.memory import project_memory
     from oracle.projector import project

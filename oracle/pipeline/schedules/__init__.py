@@ -108,16 +108,17 @@ class ScheduleSpec:
         out = []
         if pp < 1:
             out.append(f"pp={pp} must be >= 1")
-        others = ", ".join(n for n, s in SCHEDULES.items() if s.accepts_vpp(vpp)) or "none"
+        def others() -> str:  # only for the message (a legal layout asks this on every run)
+            return ", ".join(n for n, s in SCHEDULES.items() if s.accepts_vpp(vpp)) or "none"
         if self.vpp_rule == "one" and vpp != 1:
             out.append(f"schedule {self.name} runs one chunk per rank and needs vpp=1, got vpp={vpp}; "
-                       f"schedules for vpp={vpp}: {others}")
+                       f"schedules for vpp={vpp}: {others()}")
         elif self.vpp_rule == "two" and vpp != 2:
             out.append(f"schedule {self.name} is a V-shape schedule and needs vpp=2 (two chunks per rank), "
-                       f"got vpp={vpp}; schedules for vpp={vpp}: {others}")
+                       f"got vpp={vpp}; schedules for vpp={vpp}: {others()}")
         elif self.vpp_rule == "at_least_two" and vpp < 2:
             out.append(f"schedule {self.name} needs vpp >= 2 chunks per rank, got vpp={vpp}; "
-                       f"schedules for vpp={vpp}: {others}")
+                       f"schedules for vpp={vpp}: {others()}")
         if num_microbatches is not None:
             least = self.min_microbatches(pp, vpp) if self.min_microbatches else 1
             if num_microbatches < least:
