@@ -149,32 +149,15 @@ def chunk_activation_shares(run: RunConfig, assumptions: MemoryAssumptions = DEF
                             ) -> tuple[tuple[float, ...], ...]:
     """``[rank][chunk]``: the chunk's share of its rank's saved activation per micro-batch (decoder
     layers and a standalone MTP stage; 1/vpp each when the rank holds none). The pipeline simulator
-    weighs each chunk's in-flight micro-batches by it, so uneven chunks count at their size."""
-    t = run.training
-    shape = shape_of(run, assumptions)
-    mtp_pol, mods = _mtp_policy(run), _modules(run)
-    key = (_plan_key(run), shape, mtp_pol, mods)  # what the shares below read of ``run``
-    hit = _SHARES.get(key)
-    if hit is not None:
-        return hit
-    b = blocks(run.model, shape)
-    out = []
-    for chunks in _plans(run):
-        acts = []
-        for ch in chunks:
-            a = sum(n * b.layer(kind).act(pol, mods) for kind, pol, n in ch.layers)
-            if ch.mtp and not ch.has_output and b.mtp is not None and b.mtp_head is not None:
-                a += b.mtp.act(mtp_pol, mods) + b.mtp_head.act_none
-            acts.append(a)
-        total = sum(acts)
-        out.append(tuple(a / total for a in acts) if total > 0 else (1.0 / t.vpp,) * t.vpp)
-    if len(_SHARES) > 4096:
-        _SHARES.clear()
-    hit = _SHARES[key] = tuple(out)
-    return hit
+    weighs each chunk's in-flight micro-batches by it, so uneven chunks count at their size. Read from the
+    per-rank sums, whose formula adds up each chunk's activation beside the rank's."""
+    return tuple(rk.chunk_share for rk in _rank_sums(run, shape_of(run, assumptions), assumptions))
 
 
-_SHARES: dict[tuple, tuple[tuple[float, ...], ...]] = {}
+def _shares(acts: Sequence[float], vpp: int) -> tuple[float, ...]:
+    """Each chunk's share of the rank's activation ``acts`` (1/vpp each when it is 0)."""
+    total = sum(acts)
+    return tuple(a / total for a in acts) if total > 0 else (1.0 / vpp,) * vpp
 
 
 # ---------------------------------------------------------------------------------- projection
@@ -211,6 +194,8 @@ class _Rank(NamedTuple):
     """The rank holds MoE layers (it allocates the token-dispatch buffers)."""
     loss: tuple[tuple[float, bool], ...]
     """(bytes, present) of the unfused loss's fp32 softmax of each chunk with heads, in chunk order."""
+    chunk_share: tuple[float, ...]
+    """Each chunk's share of the rank's saved activation per micro-batch (:func:`chunk_activation_shares`)."""
 
 
 N_NUMERIC = 11
@@ -231,6 +216,8 @@ class _BatchRow(NamedTuple):
     """Per rank (has_emb, has_moe)."""
     losses: tuple[tuple[np.ndarray, ...], ...]
     """Per rank the loss scratch bytes of each chunk with heads, arrays over the runs."""
+    acts: tuple[np.ndarray, ...]
+    """Per rank each chunk's saved activation per micro-batch, (runs, chunks)."""
     row: int
 
 
@@ -254,14 +241,16 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
     hit = _SUMS.get(key)
     if type(hit) is tuple:
         return hit
+    vpp = run.training.vpp
     if hit is not None:  # a row of the batch path's arrays: the same formula
         k = hit.row
-        hit = tuple(_Rank(*row[:6], int(row[6]), *row[7:], *flag, tuple((float(x[k]), True) for x in loss))
-                    for row, flag, loss in zip(hit.nums[k].tolist(), hit.flags, hit.losses))
+        hit = tuple(_Rank(*row[:6], int(row[6]), *row[7:], *flag, tuple((float(x[k]), True) for x in loss),
+                          _shares(acts[k].tolist(), vpp))
+                    for row, flag, loss, acts in zip(hit.nums[k].tolist(), hit.flags, hit.losses, hit.acts))
     else:
-        hit = tuple(_Rank(*nums, has_emb, has_moe, tuple((x, True) for x in loss))
-                    for nums, has_emb, has_moe, loss in _sums_formula(_Scalar, run, blocks(run.model, s), s.tokens,
-                                                                      s.graph.tp, assumptions))
+        hit = tuple(_Rank(*nums, has_emb, has_moe, tuple((x, True) for x in loss), _shares(acts, vpp))
+                    for nums, has_emb, has_moe, loss, acts in _sums_formula(
+                        _Scalar, run, blocks(run.model, s), s.tokens, s.graph.tp, assumptions))
         if len(_SUMS) > _SUMS_MAX:
             _SUMS.clear()
     _SUMS[key] = hit
@@ -270,7 +259,7 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
 
 def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumptions) -> list:
     """Per rank of ``run``'s placement: (the ``N_NUMERIC`` sums of :class:`_Rank`, has_emb, has_moe, the loss
-    scratch bytes per chunk with heads). ``b`` its blocks, ``tokens`` and ``tp`` its shape's tokens per micro-batch
+    scratch bytes per chunk with heads, each chunk's saved activation per micro-batch). ``b`` its blocks, ``tokens`` and ``tp`` its shape's tokens per micro-batch
     and tensor-parallel size: one run's (:class:`Blocks`, numbers; ``xp`` = ``_Scalar``) or, for runs of one
     placement and policies but of different shapes, arrays over the runs (:class:`_BlockColumns`; ``xp`` = numpy):
     the same operations in the same order, so the same bits. Of ``run`` it reads only what :func:`_sums_key`
@@ -286,14 +275,18 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
         graph_regions = 0  # CUDA-graph regions of the rank's layers (static input/output buffers each)
         has_moe = has_emb = False
         loss: list = []
+        chunk_acts: list = []
         for ch in chunks:
+            chunk_act = 0.0  # the chunk's own sum (its share of the rank's activation)
             for kind, pol, n in ch.layers:
                 lb = b.layer(kind)
                 has_moe |= kind == "moe"
                 p_dense += n * lb.params_dense
                 p_exp += n * lb.params_expert
                 gemm += n * lb.gemm_params
-                layer_act += n * lb.act(pol, mods)
+                act = n * lb.act(pol, mods)
+                layer_act += act
+                chunk_act += act
                 graph_regions += n * len(layer_regions(t, kind))
                 largest_unit = xp.maximum(largest_unit, lb.params)
                 if pol != "none":
@@ -318,6 +311,7 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
                     mtp_edge = mtp_act
                 else:  # a stage of its own (layout string): held like a layer until the loss's gradient returns
                     layer_act += mtp_act
+                    chunk_act += mtp_act
                 has_moe |= card.is_moe
                 largest_unit = xp.maximum(xp.maximum(largest_unit, b.mtp.params / card.mtp_layers), extra)
                 if mtp_pol != "none":
@@ -327,6 +321,7 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
                 # unfused cross entropy: fp32 softmax T x V/tp (paper B.1), per head incl. MTP
                 v_r = card.padded_vocab(tp) / tp
                 loss.append(heads * tokens * v_r * FP32)
+            chunk_acts.append(chunk_act)
         if t.cpu_offloading and t.cpu_offloading_num_layers:
             # the offloaded layers' saved activations live in host memory; one layer's worth stays as the
             # staging buffer its copy runs through (Megatron-Core's double-buffered offload handler)
@@ -338,7 +333,7 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
         opt_bytes = state_bytes_per_param(t.optimizer, xp.where(params != 0, xp.minimum(
             1.0, gemm / xp.where(params != 0, params, 1.0)), 0.0))
         ranks.append(((p_dense, p_exp, gemm, layer_act, largest_unit, remat, 0 if no_graphs else graph_regions,
-                       emb_act, head_act, mtp_edge, opt_bytes), has_emb, has_moe, loss))
+                       emb_act, head_act, mtp_edge, opt_bytes), has_emb, has_moe, loss, chunk_acts))
     return ranks
 
 
@@ -579,17 +574,19 @@ def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> t
         tokens = np.array([s.tokens for s in shapes], dtype=np.float64)
         tp = np.array([s.graph.tp for s in shapes], dtype=np.int64)
         per_rank = _sums_formula(np, run, b, tokens, tp, assumptions)
-        for r, (rank_nums, emb, moe, loss) in enumerate(per_rank):
+        for r, (rank_nums, emb, moe, loss, _) in enumerate(per_rank):
             for j, v in enumerate(rank_nums):
                 nums[rows, r, j] = v
             has_emb[rows, r], has_moe[rows, r] = emb, moe
             losses += [(rows, r, j, x) for j, x in enumerate(loss)]
-        group_nums, flags = nums[rows], tuple((emb, moe) for _, emb, moe, _ in per_rank)
-        group_losses = tuple(tuple(loss) for _, _, _, loss in per_rank)
+        group_nums, flags = nums[rows], tuple((emb, moe) for _, emb, moe, _, _ in per_rank)
+        group_losses = tuple(tuple(loss) for _, _, _, loss, _ in per_rank)
+        group_acts = tuple(np.stack([np.broadcast_to(a, (len(rows),)) for a in acts], axis=1)
+                           for _, _, _, _, acts in per_rank)
         if len(_SUMS) + len(keys) > _SUMS_MAX:
             _SUMS.clear()
         for k, key in enumerate(keys):  # kept for a projection of these runs (_rank_sums) and the next batch
-            _SUMS[key] = _BatchRow(group_nums, flags, group_losses, k)
+            _SUMS[key] = _BatchRow(group_nums, flags, group_losses, group_acts, k)
     k_loss = 1 + max((j for _, _, j, _ in losses), default=-1)
     loss_parts = [(np.zeros((n, pp)), np.zeros((n, pp), dtype=bool)) for _ in range(k_loss)]
     for rows, r, j, x in losses:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from oracle import memory
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
-from oracle.memory import memory_peaks, project_memory
+from oracle.memory import chunk_activation_shares, memory_peaks, project_memory
 from searchers.evaluator import OracleEvaluator, memory_result, memory_results
 from searchers.space import SearchSpace
 from tests.oracle.test_memory_properties import configs
@@ -50,6 +50,7 @@ def test_memory_peaks_are_the_scalar_peaks(cases):
     memory._SUMS.clear()  # each path below computes the per-rank sums itself, or reads what another kept
     one = [project_memory(r, trees="none") for r in runs]  # the formula on floats
     scalar = [m.peak_bytes for m in one]
+    shares = [chunk_activation_shares(r) for r in runs]
     assert memory_peaks(runs)[0].tolist() == scalar  # the batch reads the scalar path's sums
     memory._SUMS.clear()
     peaks, caps = memory_peaks(runs)  # the formula over arrays
@@ -57,6 +58,7 @@ def test_memory_peaks_are_the_scalar_peaks(cases):
     assert caps.tolist() == [m.cap_bytes for m in one]
     assert memory_peaks(runs)[0].tolist() == scalar  # rows of the earlier batch's arrays
     assert [project_memory(r, trees="none") for r in runs] == one  # the scalar path made from those rows
+    assert [chunk_activation_shares(r) for r in runs] == shares
     # the closed-form pre-filter and a projection's memory (simulator in-flight counts) run the same formula
     for r, m in zip(runs, one):
         assert project_memory(r, in_flight=[s.in_flight_microbatches for s in m.stages], trees="none") == m
