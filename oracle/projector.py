@@ -582,6 +582,6 @@ def _project_one(run: RunConfig, mode: str, src: LayerTimeSource, inputs, res, f
     if mode != "simulate" and t.cuda_graph_impl != "none":
         warnings.append(f"cuda_graph_impl={t.cuda_graph_impl}: the benchmark timed eager layers, so the host "
                         "time CUDA graphs would save is not in the measured layer times")
-    return Projection(config=run.to_dict(), mode=mode, memory=memory, iteration_time_s=iteration,
+    return Projection(run=run, mode=mode, memory=memory, iteration_time_s=iteration,
                       tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak,
                       breakdown=breakdown, warnings=tuple(warnings), details=details)

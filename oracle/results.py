@@ -5,9 +5,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from oracle.units import GIB
+
+if TYPE_CHECKING:  # annotations only: oracle.config imports this module
+    from oracle.config import RunConfig
 
 Source = Literal["analytical", "measured", "scaled"]
 
@@ -143,8 +146,8 @@ class TimeBreakdown:
 class Projection:
     """The answer for one configuration."""
 
-    config: dict[str, Any]
-    """The RunConfig as a plain dict (round-trips through RunConfig.from_dict)."""
+    run: RunConfig
+    """The configuration projected."""
     mode: str
     memory: MemoryBreakdown
     iteration_time_s: float | None = None
@@ -159,6 +162,12 @@ class Projection:
     @property
     def fits(self) -> bool:
         return self.memory.fits
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The RunConfig as a plain dict (round-trips through RunConfig.from_dict), made when read: a search
+        reads the metrics of thousands of projections and the dict of none."""
+        return self.run.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {
