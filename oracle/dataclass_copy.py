@@ -37,7 +37,8 @@ class _Spec:
             env[f"_s{i}"] = d.__set__ if type(d).__name__ == "member_descriptor" else (
                 lambda obj, v, _n=f.name: _set(obj, _n, v))
             rep.append(f"    _s{i}(new, g({f.name!r}, obj.{f.name}))")
-        src = "def replace(obj, changes):\n    new = _new(_cls)\n    g = changes.get\n" + "\n".join(rep) + "\n    return new\n"
+        src = ("def replace(obj, changes):\n    new = _new(_cls)\n    g = changes.get\n" + "\n".join(rep)
+               + "\n    return new\n")
         exec(src, env)  # noqa: S102 (field names are identifiers: the class's own)
         self.replace = env["replace"]
 

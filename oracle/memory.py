@@ -259,11 +259,11 @@ def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _Ran
 
 def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumptions) -> list:
     """Per rank of ``run``'s placement: (the ``N_NUMERIC`` sums of :class:`_Rank`, has_emb, has_moe, the loss
-    scratch bytes per chunk with heads, each chunk's saved activation per micro-batch). ``b`` its blocks, ``tokens`` and ``tp`` its shape's tokens per micro-batch
-    and tensor-parallel size: one run's (:class:`Blocks`, numbers; ``xp`` = ``_Scalar``) or, for runs of one
-    placement and policies but of different shapes, arrays over the runs (:class:`_BlockColumns`; ``xp`` = numpy):
-    the same operations in the same order, so the same bits. Of ``run`` it reads only what :func:`_sums_key`
-    holds besides the shape (the batch groups runs on that)."""
+    scratch bytes per chunk with heads, each chunk's saved activation per micro-batch). ``b`` its blocks,
+    ``tokens`` and ``tp`` its shape's tokens per micro-batch and tensor-parallel size: one run's (:class:`Blocks`,
+    numbers; ``xp`` = ``_Scalar``) or, for runs of one placement and policies but of different shapes, arrays over
+    the runs (:class:`_BlockColumns`; ``xp`` = numpy): the same operations in the same order, so the same bits.
+    Of ``run`` it reads only what :func:`_sums_key` holds besides the shape (the batch groups runs on that)."""
     t, card = run.training, run.model
     mtp_pol, mods = _mtp_policy(run), _modules(run)
     no_graphs = full_iteration(t)
@@ -533,7 +533,7 @@ def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> t
     f = []
     losses: list[tuple] = []  # (rows, rank, chunk-with-heads index, bytes)
     values, hit_rows, hits = [], [], []
-    earlier: dict[int, tuple[tuple, list[int], list[int]]] = {}  # an earlier batch's entry: its rows here, there
+    earlier: dict[int, tuple[_BatchRow, list[int], list[int]]] = {}  # an earlier batch's rows: here, there
     misses: dict[tuple, tuple[RunConfig, list[int], list[Shape], list[tuple]]] = {}
     for i, run in enumerate(runs):
         s = shape_of(run, assumptions)
