@@ -210,8 +210,7 @@ def test_op_level_checkpointing_is_priced_whichever_framework_was_projected_firs
     megatron = _run(n=8, recompute="selective", pp=2)
 
     def fresh(*runs):
-        for cache in (memory._PLANS, memory._SUMS):
-            cache.clear()
+        memory.clear_caches()
         return [memory.project_memory(r, trees="none").peak_bytes for r in runs][-1]
 
     alone = fresh(titan)

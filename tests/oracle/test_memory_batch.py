@@ -47,12 +47,12 @@ def _legal(cfg: dict, extra: dict) -> RunConfig | None:
 def test_memory_peaks_are_the_scalar_peaks(cases):
     runs = [r for r in (_legal(c, e) for c, e in cases) if r is not None]
     assume(runs)
-    memory._SUMS.clear()  # each path below computes the per-rank sums itself, or reads what another kept
+    memory.clear_caches()  # each path below computes the per-rank sums itself, or reads what another kept
     one = [project_memory(r, trees="none") for r in runs]  # the formula on floats
     scalar = [m.peak_bytes for m in one]
     shares = [chunk_activation_shares(r) for r in runs]
     assert memory_peaks(runs)[0].tolist() == scalar  # the batch reads the scalar path's sums
-    memory._SUMS.clear()
+    memory.clear_caches()
     peaks, caps = memory_peaks(runs)  # the formula over arrays
     assert peaks.tolist() == scalar  # exact: the same operations in the same order
     assert caps.tolist() == [m.cap_bytes for m in one]
@@ -70,9 +70,9 @@ def test_runs_of_one_placement_and_different_shapes_share_one_formula_but_not_th
     base = {"pp": 1, "mbs": 1, "seq_len": 128, "gbs": 4, "loss_fusion": False}
     runs = [RunConfig.from_dict({"model": "tiny-dense", "cluster": {"hardware": "b200", "num_gpus": 2},
                                  "training": {**base, **t}}) for t in ({"tp": 1}, {"tp": 2}, {"tp": 2, "mbs": 2})]
-    memory._SUMS.clear()
+    memory.clear_caches()
     scalar = [project_memory(r, trees="none").peak_bytes for r in runs]
-    memory._SUMS.clear()
+    memory.clear_caches()
     assert memory_peaks(runs)[0].tolist() == scalar
     assert len(set(scalar)) == 3
 
