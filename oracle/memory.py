@@ -594,12 +594,14 @@ def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> t
         tokens = np.array([s.tokens for s in shapes], dtype=np.float64)
         tp = np.array([s.graph.tp for s in shapes], dtype=np.int64)
         per_rank = _sums_formula(np, run, b, tokens, tp, assumptions)
+        group_nums = np.empty((len(rows), pp, N_NUMERIC))
         for r, (rank_nums, emb, moe, loss, _) in enumerate(per_rank):
             for j, v in enumerate(rank_nums):
-                nums[rows, r, j] = v
+                group_nums[:, r, j] = v
             has_emb[rows, r], has_moe[rows, r] = emb, moe
             losses += [(rows, r, j, x) for j, x in enumerate(loss)]
-        group_nums, flags = nums[rows], tuple((emb, moe) for _, emb, moe, _, _ in per_rank)
+        nums[rows] = group_nums
+        flags = tuple((emb, moe) for _, emb, moe, _, _ in per_rank)
         group_losses = tuple(tuple(loss) for _, _, _, loss, _ in per_rank)
         group_acts = tuple(np.stack([np.broadcast_to(a, (len(rows),)) for a in acts], axis=1)
                            for _, _, _, _, acts in per_rank)
