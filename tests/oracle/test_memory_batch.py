@@ -103,3 +103,28 @@ def test_batch_verdicts_fall_back_one_by_one_when_the_batch_fails():
         def memory_peaks(self, runs):
             raise RuntimeError("boom")
     assert memory_results(Broken(), runs, [""] * 5) == [memory_result(ev, r, "") for r in runs]
+
+
+def test_a_real_mtp_model_on_an_uneven_layout_batches_as_it_projects_one_by_one():
+    """DeepSeek-V3 (MTP, dense first layers, an uneven layout with the MTP stage) over shapes and settings that
+    change every term of the sums: the batch's arrays and rows give the scalar path's peaks and shares."""
+    layout = "Et*9|(t*8|)*6,t*4mL"
+    runs = []
+    for tp, mbs, rc, extra in ((1, 1, "selective", {}), (2, 1, "selective", {"fsdp": True}),
+                               (1, 2, "full", {"recompute_num_layers": 1}), (4, 1, "none", {"loss_fusion": False}),
+                               (1, 1, "selective", {"precision": "fp8", "fp8_param_gather": True,
+                                                    "use_distributed_optimizer": True}),
+                               (2, 2, "selective", {"moe_expert_capacity_factor": 1.0}),
+                               (1, 1, "selective", {"optimizer": "muon"})):
+        t = {"seq_len": 4096, "gbs": 1024, "mbs": mbs, "tp": tp, "pp": 4, "vpp": 2, "ep": 8, "recompute": rc,
+             "pipeline_model_parallel_layout": layout, **extra}
+        runs.append(RunConfig.from_dict({"model": "deepseek-v3", "cluster": {"hardware": "b200", "num_gpus": 256},
+                                         "training": t}))
+    memory.clear_caches()
+    one = [project_memory(r, trees="none") for r in runs]
+    shares = [chunk_activation_shares(r) for r in runs]
+    memory.clear_caches()
+    assert memory_peaks(runs)[0].tolist() == [m.peak_bytes for m in one]
+    assert [project_memory(r, trees="none") for r in runs] == one
+    assert [chunk_activation_shares(r) for r in runs] == shares
+    assert len({m.peak_bytes for m in one}) == len(runs)
