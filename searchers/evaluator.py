@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from oracle.config import RunConfig
+from oracle.schema import to_dict as schema_to_dict
 from oracle.units import GIB
 from searchers.base import TrialResult
 
@@ -256,7 +257,8 @@ def breakdown_of(proj: Any) -> dict[str, float] | None:
 
 
 def _training(run: RunConfig) -> dict[str, Any]:
-    return run.to_dict()["training"]
+    """``run.to_dict()["training"]``, without the card's and profile's names it also resolves."""
+    return schema_to_dict(run.training)
 
 
 # ---------------------------------------------------------------------------------------------- trial metrics
