@@ -185,11 +185,28 @@ LAYOUT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_l
                "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
+def _splits_evenly(data: dict[str, Any]) -> bool:
+    """The row's bundled card's decoder layers divide its pp*vpp (plain whole numbers, or their defaults of 1):
+    no uneven layout to assume. False where that is not plain (a path, an inline card, other spellings): the
+    caller then parses the row."""
+    model, t = data.get("model"), data.get("training") or {}
+    pp, vpp = str(t.get("pp", 1)).strip(), str(t.get("vpp", 1)).strip()
+    if not isinstance(model, str) or not pp.isdigit() or not vpp.isdigit():
+        return False
+    from oracle.model_card import bundled_models, load_model
+    if model not in bundled_models():
+        return False
+    n = int(pp) * int(vpp)
+    return n >= 1 and load_model(model).num_layers % n == 0
+
+
 def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str]:
     """A row that states no pipeline layout while its layers do not divide pp*vpp ran with the uneven
     layout of the framework's recipe (oracle.pipeline_layout.recipe_layout; docs/accuracy.md "Uneven
     pipeline layouts assumed for published rows"): set it in ``data`` and return the ``assumed`` note."""
     from oracle.pipeline_layout import recipe_layout
+    if _splits_evenly(data):
+        return []  # what recipe_layout answers for an even split, without parsing the whole row
     try:
         probe = RunConfig.from_dict(data, where=f"row {row.get('id')}", check=False)
     except PrimusError:
