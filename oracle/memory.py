@@ -584,31 +584,29 @@ def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> t
         nums[hit_rows] = [[rk[:N_NUMERIC] for rk in x] for x in hits]
         has_emb[hit_rows] = [[rk.has_emb for rk in x] for x in hits]
         has_moe[hit_rows] = [[rk.has_moe for rk in x] for x in hits]
-    for e, rows, ks in earlier.values():
-        nums[rows] = e.nums[ks]
-        for r, ((emb, moe), loss) in enumerate(zip(e.flags, e.losses)):
-            has_emb[rows, r], has_moe[rows, r] = emb, moe
-            losses += [(rows, r, j, x[ks]) for j, x in enumerate(loss)]
     for run, rows, shapes, keys in misses.values():
         b = _BlockColumns([blocks(run.model, s) for s in shapes])
         tokens = np.array([s.tokens for s in shapes], dtype=np.float64)
         tp = np.array([s.graph.tp for s in shapes], dtype=np.int64)
         per_rank = _sums_formula(np, run, b, tokens, tp, assumptions)
         group_nums = np.empty((len(rows), pp, N_NUMERIC))
-        for r, (rank_nums, emb, moe, loss, _) in enumerate(per_rank):
+        for r, (rank_nums, *_) in enumerate(per_rank):
             for j, v in enumerate(rank_nums):
                 group_nums[:, r, j] = v
-            has_emb[rows, r], has_moe[rows, r] = emb, moe
-            losses += [(rows, r, j, x) for j, x in enumerate(loss)]
-        nums[rows] = group_nums
         flags = tuple((emb, moe) for _, emb, moe, _, _ in per_rank)
         group_losses = tuple(tuple(loss) for _, _, _, loss, _ in per_rank)
         group_acts = tuple(np.stack([np.broadcast_to(a, (len(rows),)) for a in acts], axis=1)
                            for _, _, _, _, acts in per_rank)
         if len(_SUMS) + len(keys) > _SUMS_MAX:
             _SUMS.clear()
-        for k, key in enumerate(keys):  # kept for a projection of these runs (_rank_sums) and the next batch
-            _SUMS[key] = _BatchRow(group_nums, flags, group_losses, group_acts, k)
+        entries = [_BatchRow(group_nums, flags, group_losses, group_acts, k) for k in range(len(keys))]
+        _SUMS.update(zip(keys, entries))  # kept for a projection of these runs (_rank_sums) and the next batch
+        earlier[id(group_nums)] = (entries[0], rows, list(range(len(rows))))  # read back as an earlier batch's
+    for e, rows, ks in earlier.values():
+        nums[rows] = e.nums[ks]
+        for r, ((emb, moe), loss) in enumerate(zip(e.flags, e.losses)):
+            has_emb[rows, r], has_moe[rows, r] = emb, moe
+            losses += [(rows, r, j, x[ks]) for j, x in enumerate(loss)]
     k_loss = 1 + max((j for _, _, j, _ in losses), default=-1)
     loss_parts = [(np.zeros((n, pp)), np.zeros((n, pp), dtype=bool)) for _ in range(k_loss)]
     for rows, r, j, x in losses:
