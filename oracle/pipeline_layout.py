@@ -507,6 +507,12 @@ def _suggestion(num_layers: int, pp: int, vpp: int, mtp: int, weights: StageWeig
 
 
 # ----------------------------------------------------------------------------------- recipes
+def splits_evenly(num_layers: int, pp: int, vpp: int) -> bool:
+    """The decoder layers divide over the pp*vpp virtual stages (or there is one): no uneven layout is needed."""
+    n_virtual = pp * vpp
+    return n_virtual <= 1 or num_layers % n_virtual == 0
+
+
 def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dict[str, object], str] | None:
     """The uneven layout NVIDIA's recipes use when num_layers does not divide pp*vpp, as training keys
     plus a one-line source note; None when the even split works or no rule applies.
@@ -522,7 +528,7 @@ def recipe_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> tuple[dic
       DeepSeek-V3 example 'Et*3|(tt|)*29,m|L' for V = 32).
     """
     n_virtual = pp * vpp
-    if n_virtual <= 1 or num_layers % n_virtual == 0:
+    if splits_evenly(num_layers, pp, vpp):
         return None
     if (num_layers + 2) % n_virtual == 0:
         return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},

@@ -186,18 +186,16 @@ LAYOUT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_l
 
 
 def _splits_evenly(data: dict[str, Any]) -> bool:
-    """The row's bundled card's decoder layers divide its pp*vpp (plain whole numbers, or their defaults of 1):
-    no uneven layout to assume. False where that is not plain (a path, an inline card, other spellings): the
-    caller then parses the row."""
+    """``pipeline_layout.splits_evenly`` of the row's bundled card and plain whole-number pp and vpp (or their
+    defaults of 1): no uneven layout to assume. False where that is not plain (a path, an inline card, other
+    spellings): the caller then parses the row."""
     model, t = data.get("model"), data.get("training") or {}
     pp, vpp = str(t.get("pp", 1)).strip(), str(t.get("vpp", 1)).strip()
     if not isinstance(model, str) or not pp.isdigit() or not vpp.isdigit():
         return False
     from oracle.model_card import bundled_models, load_model
-    if model not in bundled_models():
-        return False
-    n = int(pp) * int(vpp)
-    return n >= 1 and load_model(model).num_layers % n == 0
+    from oracle.pipeline_layout import splits_evenly
+    return model in bundled_models() and splits_evenly(load_model(model).num_layers, int(pp), int(vpp))
 
 
 def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str]:
