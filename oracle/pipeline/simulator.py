@@ -463,6 +463,11 @@ def _frontier(live: np.ndarray, rows_rank: np.ndarray, segments: np.ndarray
             np.asarray(starts, dtype=segments.dtype))
 
 
+_PAIRWISE_ROWS = 384
+"""Most distinct rows :func:`_non_dominated` compares pairwise at once (384^2 x columns booleans); more go
+through its loop, one kept row at a time."""
+
+
 def _non_dominated(rows: np.ndarray) -> np.ndarray:
     """The rows no other row is >= in every column (one of equal rows), and in 3 or more columns perhaps a few more:
     a superset of the frontier, so the largest bytes of the rows kept are those of all the rows."""
@@ -476,6 +481,17 @@ def _non_dominated(rows: np.ndarray) -> np.ndarray:
         keep[0] = True
         keep[1:] = r[1:, 1] > before[:-1]
         return r[keep]
+    # equal rows once (sorted, each unlike the one before), then every pair at once while that is small: a row
+    # another (distinct) row is >= in every column is dominated, and the rest is exactly the frontier
+    r = rows[np.lexsort(rows.T[::-1])]
+    distinct = np.empty(len(r), dtype=bool)
+    distinct[0] = True
+    distinct[1:] = (r[1:] != r[:-1]).any(axis=1)
+    rows = r[distinct]
+    if len(rows) <= _PAIRWISE_ROWS:
+        covered = (rows[np.newaxis, :, :] >= rows[:, np.newaxis, :]).all(axis=2)  # [i, j]: row j >= row i
+        np.fill_diagonal(covered, False)
+        return rows[~covered.any(axis=1)]
     rows = rows[np.argsort(-rows.sum(axis=1), kind="stable")]
     kept = []
     while len(rows):  # keep the largest sum left, drop every row it dominates (itself and equal rows too); a kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.pipeline.fast_compile import KIND_CODES, rows, warmup_steady_cooldown
+from oracle.pipeline.fast_compile import KIND_CODES
 from oracle.pipeline.schedules import Built, Order, register
 from oracle.pipeline.types import Op
 
@@ -28,13 +28,28 @@ def fb_sequence(pp: int, rank: int, num_microbatches: int, backward: str = "BW")
 
 def fb_array(pp: int, rank: int, num_microbatches: int, backward: str = "BW") -> np.ndarray:
     """:func:`fb_sequence` in array form (rows of kind code, mb, chunk; see fast_compile)."""
-    mbs = np.arange(num_microbatches)
-    return warmup_steady_cooldown(rows(0, mbs), rows(KIND_CODES.index(backward), mbs),
-                                  min(pp - rank - 1, num_microbatches))
+    return fb_rows(pp, np.array([rank]), num_microbatches, backward)
+
+
+def fb_rows(pp: int, ranks: np.ndarray, num_microbatches: int, backward: str = "BW") -> np.ndarray:
+    """:func:`fb_array` of each rank of ``ranks``, one after another (2 m rows each), computed at once: rank r's
+    op j is its j-th warm-up forward while j < w = min(pp - r - 1, m), then forwards and backwards alternate
+    (F(w + k/2) at even k = j - w, B((k - 1)/2) at odd k) up to j = 2m - w, and the cool-down is B(j - m)."""
+    m = num_microbatches
+    w = np.repeat(np.minimum(pp - np.asarray(ranks, dtype=np.int64) - 1, m), 2 * m)
+    j = np.tile(np.arange(2 * m, dtype=np.int64), len(ranks))
+    k = j - w
+    steady = (k >= 0) & (j < 2 * m - w)
+    is_f = (k < 0) | (steady & (k % 2 == 0))
+    out = np.empty((len(j), 3), dtype=np.int64)
+    out[:, 0] = np.where(is_f, 0, KIND_CODES.index(backward))
+    out[:, 1] = np.where(k < 0, j, np.where(steady, np.where(is_f, w + k // 2, k // 2), j - m))
+    out[:, 2] = 0
+    return out
 
 
 def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
-    return Built([fb_array(pp, r, num_microbatches) for r in range(pp)], False, "")
+    return Built(np.split(fb_rows(pp, np.arange(pp), num_microbatches), pp), False, "")
 
 
 # Megatron's non-interleaved schedule calls send_forward_recv_backward & co., which wait on their

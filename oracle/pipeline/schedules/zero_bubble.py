@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.pipeline.fast_compile import rows
 from oracle.pipeline.schedules import Built, Order, register
-from oracle.pipeline.schedules.one_f_one_b import fb_array, fb_sequence
+from oracle.pipeline.schedules.one_f_one_b import fb_rows, fb_sequence
 from oracle.pipeline.types import Op
 
 
@@ -43,20 +42,34 @@ def zb_h1_rank(pp: int, rank: int, num_microbatches: int) -> list[Op]:
 
 def zb_h1_array(pp: int, rank: int, num_microbatches: int) -> np.ndarray:
     """:func:`zb_h1_rank` in array form: W(j) sorts right after B(j + rank), the rest at the end."""
+    return zb_h1_rows(pp, np.array([rank]), num_microbatches)
+
+
+def zb_h1_rows(pp: int, ranks: np.ndarray, num_microbatches: int) -> np.ndarray:
+    """:func:`zb_h1_array` of each rank of ``ranks``, one after another (3 m rows each), computed at once: the
+    1F1B rows (:func:`fb_rows`, B for the backward) at even sort keys 2 * position, W(j) at key 2 * (position of
+    B(j + rank)) + 1, or 4 m + j where there is no B(j + rank); one stable sort of every rank's keys, each
+    rank's lifted above the previous rank's."""
     m = num_microbatches
-    fb = fb_array(pp, rank, m, backward="B")
-    b_pos = np.empty(m, dtype=np.int64)
-    is_b = fb[:, 0] == 1
-    b_pos[fb[is_b, 1]] = np.flatnonzero(is_b)
-    j = np.arange(m)
-    late = j + rank >= m  # no B(j + rank): after every other op, in order
-    w_key = np.where(late, 2 * len(fb) + j, 2 * b_pos[np.minimum(j + rank, m - 1)] + 1)
-    keys = np.concatenate([2 * np.arange(len(fb)), w_key])
-    return np.concatenate([fb, rows(2, j)])[np.argsort(keys, kind="stable")]
+    ranks = np.asarray(ranks, dtype=np.int64)
+    n = len(ranks)
+    fb = fb_rows(pp, ranks, m, backward="B")
+    w = np.minimum(pp - ranks - 1, m)[:, np.newaxis]  # warm-up forwards per rank
+    j = np.arange(m, dtype=np.int64)[np.newaxis, :]
+    after = j + ranks[:, np.newaxis]  # W(j) follows B(j + rank): at 1F1B position w + 2i + 1 (steady) or i + m
+    b_pos = np.where(after < m - w, w + 2 * after + 1, after + m)
+    w_key = np.where(after >= m, 4 * m + j, 2 * b_pos + 1)
+    lift = (8 * m * np.arange(n, dtype=np.int64))[:, np.newaxis]
+    keys = np.concatenate([(2 * np.arange(2 * m, dtype=np.int64) + lift).reshape(-1), (w_key + lift).reshape(-1)])
+    w_rows = np.empty((n * m, 3), dtype=np.int64)
+    w_rows[:, 0] = 2
+    w_rows[:, 1] = np.tile(j[0], n)
+    w_rows[:, 2] = 0
+    return np.concatenate([fb, w_rows])[np.argsort(keys, kind="stable")]
 
 
 def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
-    return Built([zb_h1_array(pp, r, num_microbatches) for r in range(pp)], False, "")
+    return Built(np.split(zb_h1_rows(pp, np.arange(pp), num_microbatches), pp), False, "")
 
 
 @register("zero_bubble", layout="interleaved", splits_bw=True, vpp_rule="one", position=20,
