@@ -344,8 +344,9 @@ def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.nda
     """Op indices sorted by longest-path level (unit op lengths); None on a cycle or slow convergence.
 
     Gauss-Seidel relaxation: sweep the ranks down (0 .. pp-1, the direction forwards flow) and back
-    up (the backwards), each rank's ticks from the latest ticks of its dependencies; pipeline orders
-    settle in one or two round trips. Ticks only grow from below, so the first round after which every
+    up to rank 0 (the backwards), each rank's ticks from the latest ticks of its dependencies; pipeline
+    orders settle in one round trip (the bench's 80 cold plans: 78; two sweeps back up to rank 1 only
+    settled none of them in one). Ticks only grow from below, so the first round after which every
     rank's ticks already satisfy their dependencies (one check over all ranks at once) holds the least
     fixed point: the longest-path levels, the same ticks as a further round that changes nothing."""
     slot_of = np.full(n_keys + 1, n, dtype=np.int64)  # key -1 (no dependency) -> sentinel slot n
@@ -361,7 +362,7 @@ def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.nda
         if lo < hi:
             pos = np.arange(hi - lo, dtype=np.int64)
             ranks.append((tick[lo:hi], s1[lo:hi], s2[lo:hi], 1 - pos, pos))
-    sweep = ranks + ranks[-2:0:-1]
+    sweep = ranks + ranks[-2::-1]
     # the fixed-point check over all ranks: one running max whose ranks are lifted apart by more than the
     # range of (deps + 1 - pos), 2n + 1, so no rank's maximum carries into the next (a segmented scan)
     lens = np.diff(offsets)

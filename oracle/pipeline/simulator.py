@@ -463,14 +463,15 @@ def _frontier(live: np.ndarray, rows_rank: np.ndarray, segments: np.ndarray
             np.asarray(starts, dtype=segments.dtype))
 
 
-_PAIRWISE_ROWS = 384
-"""Most distinct rows :func:`_non_dominated` compares pairwise at once (384^2 x columns booleans); more go
-through its loop, one kept row at a time."""
+_PAIRWISE_ROWS = 256
+"""Most distinct rows :func:`_non_dominated` compares pairwise at once (a 256 x 256 boolean table per column);
+more go through its loop, one kept row at a time."""
 
 
 def _non_dominated(rows: np.ndarray) -> np.ndarray:
-    """The rows no other row is >= in every column (one of equal rows), and in 3 or more columns perhaps a few more:
-    a superset of the frontier, so the largest bytes of the rows kept are those of all the rows."""
+    """The rows no other row is >= in every column (one of equal rows), and in 3 or more columns past
+    ``_PAIRWISE_ROWS`` distinct rows perhaps a few more: a superset of the frontier, so the largest bytes of the
+    rows kept are those of all the rows."""
     if rows.shape[1] == 1:
         return rows[[int(np.argmax(rows[:, 0]))]]
     if rows.shape[1] == 2:  # by the first column descending (ties: the second): kept where the second exceeds all before
@@ -489,7 +490,10 @@ def _non_dominated(rows: np.ndarray) -> np.ndarray:
     distinct[1:] = (r[1:] != r[:-1]).any(axis=1)
     rows = r[distinct]
     if len(rows) <= _PAIRWISE_ROWS:
-        covered = (rows[np.newaxis, :, :] >= rows[:, np.newaxis, :]).all(axis=2)  # [i, j]: row j >= row i
+        cols = rows.T
+        covered = cols[0][np.newaxis, :] >= cols[0][:, np.newaxis]  # [i, j]: row j >= row i in every column
+        for c in cols[1:]:
+            covered &= c[np.newaxis, :] >= c[:, np.newaxis]
         np.fill_diagonal(covered, False)
         return rows[~covered.any(axis=1)]
     rows = rows[np.argsort(-rows.sum(axis=1), kind="stable")]
