@@ -35,7 +35,9 @@ Each phase starts after a full garbage collection (untimed), so none lands insid
 4,500 new Mixtral points 2 full collections took 0.22-0.25 s of 2.6-3.0 s (~8 %; ``gc.callbacks``, Python's
 thresholds), so the rates here are that much above a long search's. ``--gc bulk`` (the default) sets the
 collector's thresholds as the command line and the Ray scorers do (``oracle/collector.py``: fewer young and
-middle collections); ``--gc default`` keeps Python's, as every run before that module measured.
+middle collections); ``--gc default`` keeps Python's, as every run before that module measured. ``--malloc bulk``
+(the default) sets glibc's mmap and trim thresholds as they do too (``tune_allocator``: a new plan's arrays stop
+faulting their pages in afresh); ``--malloc default`` keeps glibc's, as every run before 2026-12-04 measured.
 """
 from __future__ import annotations
 
@@ -88,6 +90,20 @@ def set_collector(choice: str) -> str:
             return f"collector: Python's thresholds {gc.get_threshold()} (this tree has no oracle.collector)"
         tune_collector()
     return f"collector: thresholds {gc.get_threshold()} ({choice})"
+
+
+def set_allocator(choice: str) -> str:
+    """Set the C allocator's thresholds as the command line does (``bulk``: ``oracle.collector.tune_allocator`` of
+    the tree on the path) or leave them (``default``); returns a line saying which."""
+    if choice == "bulk":
+        try:
+            from oracle.collector import tune_allocator
+        except ImportError:  # a tree from before tune_allocator
+            return "allocator: the C library's thresholds (this tree has no oracle.collector.tune_allocator)"
+        if tune_allocator():
+            return "allocator: glibc mmap threshold 32 MiB, trim threshold 128 MiB (bulk)"
+        return "allocator: the C library's thresholds (not glibc, or RAYTUNE_PRIMUS_MALLOC=default)"
+    return "allocator: the C library's thresholds (default)"
 
 
 def _load_jit_now() -> tuple[float, float] | None:
@@ -164,6 +180,9 @@ def main() -> int:
     ap.add_argument("--gc", choices=("bulk", "default"), default="bulk",
                     help="the collector's thresholds: the command line's (bulk, oracle/collector.py: what the product "
                          "runs) or Python's own (default)")
+    ap.add_argument("--malloc", choices=("bulk", "default"), default="bulk",
+                    help="the C allocator's thresholds: the command line's (bulk, oracle/collector.py) or glibc's own "
+                         "(default)")
     ap.add_argument("--jit", choices=("auto", "on", "off"), default=None,
                     help="RAYTUNE_PRIMUS_JIT for this run (default: the environment's, else auto)")
     args = ap.parse_args()
@@ -171,6 +190,7 @@ def main() -> int:
         os.environ["RAYTUNE_PRIMUS_JIT"] = args.jit
     sys.path.insert(0, args.code)
     print(set_collector(args.gc))
+    print(set_allocator(args.malloc))
     from oracle.config import RunConfig
     from oracle.projector import project
     from searchers.evaluator import OracleEvaluator

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_projection import COST_AWARE, SPACES, set_collector  # noqa: E402
+from benchmarks.bench_projection import COST_AWARE, SPACES, set_allocator, set_collector  # noqa: E402
 
 ROW_KEYS = ("tp", "pp", "vpp", "cp", "ep", "mbs", "precision", "fsdp", "use_distributed_optimizer", "recompute",
             "pp_schedule", "moe_a2a_backend")
@@ -59,8 +59,10 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--gc", choices=("bulk", "default"), default="bulk",
                     help="the collector's thresholds: the command line's (bulk, oracle/collector.py) or Python's")
+    ap.add_argument("--malloc", choices=("bulk", "default"), default="bulk",
+                    help="the C allocator's thresholds: the command line's (bulk, oracle/collector.py) or glibc's")
     args = ap.parse_args()
-    gc_line = set_collector(args.gc)
+    gc_line = f"{set_collector(args.gc)}; {set_allocator(args.malloc)}"
     rows = rows_of(args.n + 1, args.seed)
     from oracle.validate import validate_rows
     c0, w0 = time.process_time(), time.perf_counter()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_projection import SPACES, draw, set_collector  # noqa: E402
+from benchmarks.bench_projection import SPACES, draw, set_allocator, set_collector  # noqa: E402
 
 
 def _dump(prof: cProfile.Profile, path: Path, title: str) -> None:
@@ -45,8 +45,11 @@ def main() -> int:
     ap.add_argument("--tag", default="now")
     ap.add_argument("--gc", choices=("bulk", "default"), default="bulk",
                     help="the collector's thresholds: the command line's (bulk) or Python's (bench_projection.py --gc)")
+    ap.add_argument("--malloc", choices=("bulk", "default"), default="bulk",
+                    help="the C allocator's thresholds: the command line's (bulk) or glibc's (bench_projection.py)")
     args = ap.parse_args()
     print(set_collector(args.gc))
+    print(set_allocator(args.malloc))
     from oracle.config import RunConfig
     from oracle.memory import project_memory
     from oracle.projector import project

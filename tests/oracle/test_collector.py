@@ -1,4 +1,4 @@
-"""oracle.collector: the thresholds a bulk-projecting process sets, the opt-out, and a clear error."""
+"""oracle.collector: the thresholds a bulk-projecting process sets (collector, C allocator), the opt-outs, and clear errors."""
 from __future__ import annotations
 
 import gc
@@ -41,3 +41,25 @@ def test_the_command_line_reports_a_bad_choice_without_a_traceback(monkeypatch, 
     assert main(["hardware", "list"]) != 0
     err = capsys.readouterr().err
     assert "RAYTUNE_PRIMUS_GC" in err and "Traceback" not in err
+
+
+def test_the_allocator_is_tuned_on_glibc_and_left_alone_on_request(monkeypatch):
+    import ctypes
+    import sys
+
+    from oracle.collector import MALLOC_ENV, tune_allocator
+    monkeypatch.delenv(MALLOC_ENV, raising=False)
+    glibc = sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
+    assert tune_allocator() is glibc  # mallopt accepted both thresholds (where the C library is glibc)
+    assert tune_allocator() is glibc  # idempotent
+    monkeypatch.setenv(MALLOC_ENV, "default")
+    assert tune_allocator() is False
+
+
+def test_an_unknown_allocator_choice_is_a_clear_error(monkeypatch):
+    from oracle.collector import MALLOC_ENV, tune_allocator
+    monkeypatch.setenv(MALLOC_ENV, "huge")
+    with pytest.raises(InvalidConfigError, match=r"RAYTUNE_PRIMUS_MALLOC='huge' must be 'bulk'.*'default'"):
+        tune_allocator()
+    from raytune_primus.cli import main
+    assert main(["hardware", "list"]) != 0
