@@ -173,9 +173,20 @@ def shape_of(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT) -> Shape:
     tokens = t.mbs * t.seq_len / t.cp
     graph = Shapes.of(run, flash_attention=a.flash_attention, dropout=a.dropout,
                       router_saved_bytes=FP32 if a.router_fp32 else BF16)
-    shape = Shape(graph=graph, tokens=tokens, seq_tokens=tokens / t.tp if t.sp else tokens, assumptions=a)
+    seq_tokens = tokens / t.tp if t.sp else tokens
+    # one Shape per (graph, tokens, assumptions): graph and assumptions by identity (Shapes.of shares equal graphs;
+    # the cached Shape holds both, so neither id can be reused while its entry lives)
+    key = (id(graph), tokens, seq_tokens, id(a))
+    shape = _SHAPE_OF.get(key)
+    if shape is None:
+        if len(_SHAPE_OF) > 4096:
+            _SHAPE_OF.clear()
+        shape = _SHAPE_OF[key] = Shape(graph=graph, tokens=tokens, seq_tokens=seq_tokens, assumptions=a)
     _LAST_SHAPE = (t, a, shape)
     return shape
+
+
+_SHAPE_OF: dict[tuple, Shape] = {}
 
 
 # ---------------------------------------------------------------------------------- parameters

@@ -222,26 +222,36 @@ class Shapes:
     @classmethod
     def of(cls, run, **saved_tensor_assumptions: Any) -> "Shapes":
         """The shapes of ``run``; keywords set the saved-tensor fields (flash_attention, dropout,
-        router_saved_bytes) instead of their defaults."""
+        router_saved_bytes) instead of their defaults. One instance is shared by every run whose field values are
+        equal (it is immutable, and equal shapes already share every cache keyed on them, ``_op_sums`` included)."""
         t = run.training
         T = t.mbs * t.seq_len // t.cp
         titan = t.framework == "torchtitan"
         # gradient-accumulation fusion: the wgrad GEMM reads and writes the main-gradient buffer; without it
         # (and under TorchTitan) it writes a bf16 gradient, accumulated by a separate kernel (oracle.compute)
         fused_acc = t.gradient_accumulation_fusion and not titan
-        return cls(T=T, T_sp=T // t.tp if t.sp else T, tp=t.tp, cp=t.cp, ep=t.ep, etp=t.etp, mbs=t.mbs,
-                   seq_len=t.seq_len, dtype=t.gemm_kernel, fp8_recipe=t.fp8_recipe, moe_load=t.moe_load,
-                   capacity_factor=t.moe_expert_capacity_factor, buffer_load=t.moe_buffer_load,
-                   paged_stash=t.moe_paged_stash,
-                   saved_gemm_bytes=saved_input_bytes(t), act_input_bytes=FP8 if t.fp8_activations else BF16,
-                   framework=t.framework,
-                   compiled=t.torch_compile,
-                   wgrad_c_bytes=2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16,
-                   router_fusion=t.moe_router_fusion, fused_mlp=t.fused_grouped_mlp,
-                   attention_dtype="fp8" if t.fp8_dot_product_attention else "bf16",
-                   output_dtype="mxfp8" if t.fp8_output_proj else "bf16",
-                   dispatcher=t.moe_a2a_backend,
-                   **saved_tensor_assumptions)
+        values = (T, T // t.tp if t.sp else T, t.tp, t.cp, t.ep, t.etp, t.mbs, t.seq_len, t.gemm_kernel,
+                  t.fp8_recipe, t.moe_load, t.moe_expert_capacity_factor, t.moe_buffer_load, t.moe_paged_stash,
+                  saved_input_bytes(t), FP8 if t.fp8_activations else BF16, t.framework, t.torch_compile,
+                  2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16, t.moe_router_fusion,
+                  t.fused_grouped_mlp, "fp8" if t.fp8_dot_product_attention else "bf16",
+                  "mxfp8" if t.fp8_output_proj else "bf16", t.moe_a2a_backend)
+        key = (cls, values, tuple(saved_tensor_assumptions.items()))
+        hit = _SHAPES.get(key)
+        if hit is None:
+            if len(_SHAPES) > 4096:
+                _SHAPES.clear()
+            hit = _SHAPES[key] = cls(**dict(zip(_OF_FIELDS, values)), **saved_tensor_assumptions)
+        return hit
+
+
+_OF_FIELDS = ("T", "T_sp", "tp", "cp", "ep", "etp", "mbs", "seq_len", "dtype", "fp8_recipe", "moe_load",
+              "capacity_factor", "buffer_load", "paged_stash", "saved_gemm_bytes", "act_input_bytes", "framework",
+              "compiled", "wgrad_c_bytes", "router_fusion", "fused_mlp", "attention_dtype", "output_dtype",
+              "dispatcher")
+"""The :class:`Shapes` fields :meth:`Shapes.of` sets from a run, in the order of its values."""
+_SHAPES: dict[tuple, Shapes] = {}
+""":meth:`Shapes.of`'s instances by (class, the field values it computed, the saved-tensor keywords)."""
 
 
 QUANTISED_INPUT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5 + 1.0 / 16}
