@@ -21,11 +21,11 @@ exactly under ``MemoryAssumptions(flash_attention=False, dropout=True)`` (tests/
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from oracle.config import RunConfig
-from oracle.dataclass_copy import replace_fast
+from oracle.dataclass_copy import HashedOnce, replace_fast
 from oracle.errors import InvalidConfigError
 from oracle.model_card import ModelCard
 from oracle.opgraph import (ATTENTION, BF16, DEFAULT_RECOMPUTE_MODULES, FP32, GEMM, INT64, KEPT, MASK, RECOMPUTE_MODULES,
@@ -148,7 +148,7 @@ def make_block(name: str, modules: tuple[Module, ...], op_sac_saved: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
+class Shape(HashedOnce):
     """Everything besides the card that sizes a block (hashable: the block cache key)."""
 
     graph: Shapes
@@ -158,6 +158,12 @@ class Shape:
     seq_tokens: float
     """Ts = T / tp with SP, else T."""
     assumptions: MemoryAssumptions
+    _hash: int = field(init=False, repr=False, compare=False)
+    """The fields' hash, once (:class:`~oracle.dataclass_copy.HashedOnce`: a shape keys the block and sums caches)."""
+
+    __hash__ = HashedOnce.__hash__
+    __getstate__ = HashedOnce.__getstate__
+    __setstate__ = HashedOnce.__setstate__
 
 
 _LAST_SHAPE: tuple = (None, None, None)

@@ -60,3 +60,29 @@ def replace_fast(obj: T, **changes: Any) -> T:
     if spec is None or not spec.name_set.issuperset(changes):
         return replace(obj, **changes)
     return spec.replace(obj, changes)
+
+
+class HashedOnce:
+    """Mixin for a frozen slots dataclass used as a cache key and built rarely (interned): the fields' hash is
+    computed once, in ``__post_init__``, into the non-compared field ``_hash`` the class declares
+    (``_hash: int = field(init=False, repr=False, compare=False)``), and never pickled (string hashes differ
+    between processes: a copy hashes itself again). ``@dataclass`` writes its own ``__hash__``, ``__getstate__``
+    and ``__setstate__`` unless the class body names them, so the class body sets them to these
+    (``__hash__ = HashedOnce.__hash__``, ...). ``replace_fast`` sees the ``__post_init__`` and goes through
+    ``dataclasses.replace``, which calls it."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        _set(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self) if f.name != "_hash"]  # type: ignore[arg-type]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, v in zip([f for f in fields(self) if f.name != "_hash"], state):  # type: ignore[arg-type]
+            _set(self, f.name, v)
+        self.__post_init__()

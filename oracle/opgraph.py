@@ -21,12 +21,12 @@ Shapes follow Megatron-Core: T = mbs*seq/cp tokens per rank; TP-split GEMMs see 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import ceil
 from typing import Any, Literal, get_args
 
-from oracle.dataclass_copy import replace_fast
+from oracle.dataclass_copy import HashedOnce, replace_fast
 
 BF16 = 2
 FP32 = 4
@@ -150,7 +150,7 @@ def avg_keys(seq: int, window: int | None) -> float:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Shapes:
+class Shapes(HashedOnce):
     """The per-rank sizes every op builder needs (from a RunConfig)."""
 
     T: int
@@ -213,6 +213,12 @@ class Shapes:
     dispatcher: str = "alltoall"
     """MoE token dispatcher (TrainingConfig.moe_a2a_backend): what the permute passes around the exchange move
     (``_permute_op``)."""
+    _hash: int = field(init=False, repr=False, compare=False)
+    """The fields' hash, once (:class:`~oracle.dataclass_copy.HashedOnce`: shapes key the op-graph caches)."""
+
+    __hash__ = HashedOnce.__hash__
+    __getstate__ = HashedOnce.__getstate__
+    __setstate__ = HashedOnce.__setstate__
 
     @property
     def eager(self) -> bool:

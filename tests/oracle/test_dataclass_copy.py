@@ -63,3 +63,34 @@ def test_replace_fast_sets_every_field_with_or_without_slots(slots, frozen):
         got = replace_fast(obj, **changes)
         assert got == replace(obj, **changes) and got is not obj and type(got) is Plain
     assert obj == Plain(1, "y", 2.0)  # the original untouched
+
+
+def test_shapes_hash_once_as_their_fields_and_a_copy_in_another_process_hashes_itself_again():
+    """Shapes and the activations Shape cache their hash (HashedOnce); Shapes.of and shape_of share one instance per
+    value; a replaced, pickled or copied shape hashes its own fields, and a pickle read in a process whose string
+    hashes differ hashes as that process's own shape does."""
+    import copy
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from dataclasses import fields
+
+    from oracle.activations import shape_of
+    run = RunConfig.from_dict(MOE)
+    s = shape_of(run)
+    g = s.graph
+    assert Shapes.of(run) is Shapes.of(RunConfig.from_dict(MOE)) and shape_of(RunConfig.from_dict(MOE)) is s
+    for obj in (g, s):
+        assert hash(obj) == hash(tuple(getattr(obj, f.name) for f in fields(obj) if f.compare))
+        for other in (pickle.loads(pickle.dumps(obj)), copy.copy(obj), copy.deepcopy(obj)):
+            assert other == obj and hash(other) == hash(obj)
+    bf16 = replace(g, dtype="bf16", attention_dtype="bf16")
+    assert bf16 != g and hash(bf16) == hash(tuple(getattr(bf16, f.name) for f in fields(bf16) if f.compare))
+    code = ("import pickle, sys; from oracle.activations import shape_of; from oracle.config import RunConfig; "
+            f"s = pickle.loads(sys.stdin.buffer.read()); t = shape_of(RunConfig.from_dict({MOE!r})); "
+            "print(s == t and hash(s) == hash(t) and hash(s.graph) == hash(t.graph))")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(s), capture_output=True, env=env,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.decode().strip() == "True"
