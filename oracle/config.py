@@ -32,6 +32,10 @@ Schedule = Annotated[str, OneOf(lambda: ("auto", *schedule_names()))]
 """A registered pipeline schedule (oracle.pipeline.schedules) or 'auto'."""
 
 
+_GEMM_DTYPES = {"fp8": "fp8", "nvfp4": "fp4"}
+"""``TrainingConfig.gemm_dtype`` of each precision besides bf16."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingConfig:
     """Everything about how the model is trained; defaults are those of the ``training`` section."""
@@ -318,7 +322,7 @@ class TrainingConfig:
     @property
     def gemm_dtype(self) -> str:
         """Input precision of the decoder layers' linear GEMMs: bf16 | fp8 | fp4 (nvfp4)."""
-        return {"fp8": "fp8", "nvfp4": "fp4"}.get(self.precision, "bf16")
+        return _GEMM_DTYPES.get(self.precision, "bf16")
 
     @property
     def gemm_kernel(self) -> str:

@@ -542,6 +542,14 @@ class _NS:
         self.__dict__.update(d)
 
 
+def _columns(values: Sequence, n: int) -> np.ndarray:
+    """``(n, len(values))``: column j is ``values[j]`` (an array over the n runs, or one number for all)."""
+    out = np.empty((n, len(values)))
+    for j, v in enumerate(values):
+        out[:, j] = v
+    return out
+
+
 def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> tuple:
     """:func:`_run_terms` of runs of one pp, as arrays over (runs, ranks): the ``N_NUMERIC`` sums (n, pp, fields),
     has_emb and has_moe (n, pp), the loss scratch as [(bytes, present) per chunk with heads] of (n, pp) arrays, the
@@ -595,8 +603,7 @@ def _batch_terms(runs: Sequence[RunConfig], assumptions: MemoryAssumptions) -> t
                 group_nums[:, r, j] = v
         flags = tuple((emb, moe) for _, emb, moe, _, _ in per_rank)
         group_losses = tuple(tuple(loss) for _, _, _, loss, _ in per_rank)
-        group_acts = tuple(np.stack([np.broadcast_to(a, (len(rows),)) for a in acts], axis=1)
-                           for _, _, _, _, acts in per_rank)
+        group_acts = tuple(_columns(acts, len(rows)) for _, _, _, _, acts in per_rank)
         if len(_SUMS) + len(keys) > _SUMS_MAX:
             _SUMS.clear()
         entries = [_BatchRow(group_nums, flags, group_losses, group_acts, k) for k in range(len(keys))]
