@@ -625,8 +625,18 @@ def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]
         blocked += [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
     else:
         blocked += [(op, MLP) for op in dense_mlp_block_ops(card, s)]
-    # each op tagged with its block and, a trainable GEMM, its weight-gradient traffic: one copy per op
-    return [replace_fast(op, block=block, **_wgrad_traffic(s, op)) for op, block in blocked]
+    # each op tagged with its block and, a trainable GEMM, its weight-gradient traffic. The builders above make
+    # fresh ops on every call (tests/oracle/test_dataclass_copy.py checks it), seen by nobody yet: tagged in place
+    # through the slots (as replace_fast fills a copy) instead of copied
+    for op, block in blocked:
+        _SET_BLOCK(op, block)
+        if op.kind == GEMM and op.has_wgrad:
+            _SET_WGRAD_C(op, s.wgrad_c_bytes)
+    return [op for op, _ in blocked]
+
+
+_SET_BLOCK = Op.__dict__["block"].__set__
+_SET_WGRAD_C = Op.__dict__["wgrad_c_bytes"].__set__
 
 
 def _wgrad_traffic(s: Shapes, op: Op) -> dict[str, float]:

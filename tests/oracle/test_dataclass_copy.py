@@ -94,3 +94,31 @@ def test_shapes_hash_once_as_their_fields_and_a_copy_in_another_process_hashes_i
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(s), capture_output=True, env=env,
                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.stdout.decode().strip() == "True"
+
+
+@pytest.mark.parametrize("model,kind", [("mixtral-8x22b", "moe"), ("deepseek-v3", "moe"), ("llama3.1-8b", "dense"),
+                                        ("gpt-oss-120b", "moe"), ("gpt-oss-120b", "dense")])
+def test_layer_builders_make_fresh_ops_and_tagging_them_in_place_equals_copying(model, kind):
+    """_build_layer_ops tags the builders' ops with their block and wgrad traffic in place: that is only sound
+    while every builder returns ops made on that call (none shared between calls or within a list), and it
+    must give the ops copying them would."""
+    from oracle.opgraph import (ATTN, EXPERTS, GEMM, MLP, ROUTER, ROUTER_OPS, _build_layer_ops, attention_ops,
+                                dense_mlp_block_ops, moe_ops)
+    run = RunConfig.from_dict({"model": model, "cluster": {"hardware": "mi355x", "num_gpus": 64},
+                               "training": {"seq_len": 4096, "gbs": 512, "tp": 2, "ep": 8 if kind == "moe" else 1,
+                                            "precision": "fp8"}})
+    card, s = run.model, Shapes.of(run)
+    if kind == "moe" and not card.is_moe:
+        pytest.skip("dense card")
+
+    def build():
+        out = [(op, ATTN) for op in attention_ops(card, s, card.sliding_window)]
+        if kind == "moe":
+            return out + [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
+        return out + [(op, MLP) for op in dense_mlp_block_ops(card, s)]
+    first, second = build(), build()
+    assert len({id(op) for op, _ in first}) == len(first)  # no op twice in one list
+    assert not {id(op) for op, _ in first} & {id(op) for op, _ in second}  # none shared between calls
+    want = [replace(op, block=b, **({"wgrad_c_bytes": s.wgrad_c_bytes} if op.kind == GEMM and op.has_wgrad else {}))
+            for op, b in second]
+    assert _build_layer_ops(card, s, kind, card.sliding_window) == want
