@@ -345,8 +345,8 @@ def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.nda
 
     Gauss-Seidel relaxation: sweep the ranks down (0 .. pp-1, the direction forwards flow) and back
     up to rank 0 (the backwards), each rank's ticks from the latest ticks of its dependencies; pipeline
-    orders settle in one round trip (the bench's 80 cold plans: 78; two sweeps back up to rank 1 only
-    settled none of them in one). Ticks only grow from below, so the first round after which every
+    orders settle in one round trip (78 of the bench's 80 cold plans; sweeping back up to rank 1 only, none
+    did). Ticks only grow from below, so the first round after which every
     rank's ticks already satisfy their dependencies (one check over all ranks at once) holds the least
     fixed point: the longest-path levels, the same ticks as a further round that changes nothing."""
     slot_of = np.full(n_keys + 1, n, dtype=np.int64)  # key -1 (no dependency) -> sentinel slot n
