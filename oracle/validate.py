@@ -680,7 +680,7 @@ def _row_results(rows: list[dict[str, str]], base: Path | None, project_fn: Any)
         out.append(RowResult(id=rid, group=group, quality=quality, quantity=quantity, measured=measured, **recipe))
     if project_fn is None:
         from oracle.projector import project_many
-        projections = project_many([t[1] for t in todo])
+        projections = project_many([t[1] for t in todo], memory_tree=False)  # nothing here reads a module tree
     else:
         projections = [project_fn(t[1]) for t in todo]
     for (i, _run, assumed, quantity, measured, mem), proj in zip(todo, projections):
