@@ -129,14 +129,20 @@ class Scorer:
         return {**_where(), "calls": self.calls}
 
     def warm_up(self) -> float:
-        """Score the baseline once, uncounted (the oracle's imports and the baseline's layer shapes), so a
-        fresh actor's first batch does not pay them; returns :meth:`cpu_s`."""
+        """Score the baseline once, uncounted (the oracle's imports and the baseline's layer shapes), and load the
+        compiled pipeline replay (``oracle.pipeline._jit.load_now``), so a fresh actor's first batch does not pay
+        them; returns :meth:`cpu_s`."""
         try:
             key = self.baseline.key()
             if memory_result(self._memory_evaluator(), self.baseline, key) is None:
                 score_result(self.evaluator, self.baseline, key)
             import scipy.optimize  # noqa: F401  (the ILP schedule's solver: ~1 s of imports without bytecode)
         except Exception:  # a baseline that cannot be scored is scored (and reported) with the candidates
+            pass
+        try:
+            from oracle.pipeline import _jit
+            _jit.load_now()  # a scorer replays in bulk: the compiled replay now, not at the switch mid-batch
+        except Exception:  # a bad RAYTUNE_PRIMUS_JIT is reported by the first replay, with the candidates
             pass
         return self.cpu_s()
 

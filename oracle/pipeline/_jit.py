@@ -12,7 +12,8 @@ the better of the two choices: the ski-rental bound). The compiled loop does the
 comparisons in the same order (no fast-math), so the two give bit-identical makespans (tested).
 
 ``RAYTUNE_PRIMUS_JIT``: ``auto`` (default, as above), ``on`` (from the first replay) or ``off`` (never;
-also the behaviour where numba is not installed or cannot load: nothing but speed depends on it).
+also the behaviour where numba is not installed or cannot load: nothing but speed depends on it). A process that
+knows it will replay in bulk loads it at its start with :func:`load_now` (the Ray scorer actors do, unless ``off``).
 """
 from __future__ import annotations
 
@@ -91,6 +92,18 @@ def compiled(steps: int) -> Callable[..., float] | None:
     _state["tried"] = True
     _state["fn"] = fn = _load()
     return fn
+
+
+def load_now() -> bool:
+    """Load the compiled replay now, unless ``RAYTUNE_PRIMUS_JIT=off``: a process that will replay in bulk (a
+    Ray scorer actor at start-up, ``raytune_primus.actors.Scorer.warm_up``) pays the load where nothing waits on
+    it instead of at the switch, in the middle of its work. True when the compiled replay is in use."""
+    if mode() == "off":
+        return False
+    if not _state["tried"]:
+        _state["tried"] = True
+        _state["fn"] = _load()
+    return _state["fn"] is not None
 
 
 def reset(steps: int = 0) -> None:

@@ -118,3 +118,15 @@ def test_without_numba_the_python_replay_stays(monkeypatch):
 def test_a_bad_mode_is_named():
     with jit("fast"), pytest.raises(InvalidConfigError, match="RAYTUNE_PRIMUS_JIT='fast' is not one of auto, on, off"):
         _jit.compiled(10)
+
+
+def test_load_now_loads_unless_off():
+    pytest.importorskip("numba")
+    with jit("off"):
+        assert _jit.load_now() is False and _jit._state["fn"] is None
+    with jit("auto"):  # a bulk process (a Ray scorer at start-up) loads it before any replay counted
+        assert _jit.load_now() is True and _jit.compiled(1) is not None
+        assert _jit.load_now() is True  # once
+    with jit("fast"), pytest.raises(InvalidConfigError, match="RAYTUNE_PRIMUS_JIT='fast'"):
+        _jit.load_now()
+
