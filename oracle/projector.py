@@ -261,7 +261,7 @@ def _pipeline_inputs(run: RunConfig, src: LayerTimeSource):
         w = tuple(tuple(c.w_s for c in row) for row in chunks)
     else:
         b = tuple(tuple(c.b_s + c.w_s for c in row) for row in chunks)
-        w = tuple(tuple(0.0 for _ in row) for row in chunks)
+        w = tuple((0.0,) * len(row) for row in chunks)
     costs = StageCosts.trusted(f_s=f, b_s=b, w_s=w, act_bytes=act, p2p_s=tuple(edges), p2p_blocking=spec.blocking_p2p)
     return L, comm, chunks, costs, edges, p2p_algo
 
@@ -502,11 +502,10 @@ def project_many(runs: Sequence[RunConfig], mode: str = "simulate", *, source: L
 def _replay(run: RunConfig, costs: StageCosts, mb: int, fast_schedules: bool):
     """The pipeline replay of one run (``timeline=False``)."""
     t = run.training
-    if fast_schedules:
+    if fast_schedules and get_schedule(t.schedule).cost_aware:
+        # only cost-aware orders are built from costs (and solved under a budget): a fixed order needs neither
         with ilp_work_budget(ILP_SEARCH_BUDGET):
-            # only cost-aware orders are built from costs: a fixed order needs no quantised copy
-            plan = quantized(costs) if get_schedule(t.schedule).cost_aware else None
-            return run_schedule(t.schedule, t.pp, t.vpp, mb, costs, plan_costs=plan, timeline=False)
+            return run_schedule(t.schedule, t.pp, t.vpp, mb, costs, plan_costs=quantized(costs), timeline=False)
     return run_schedule(t.schedule, t.pp, t.vpp, mb, costs, timeline=False)
 
 
