@@ -26,7 +26,7 @@ from functools import lru_cache
 from math import ceil
 from typing import Any, Literal, get_args
 
-from oracle.dataclass_copy import HashedOnce, replace_fast
+from oracle.dataclass_copy import HashedOnce, fast_init, replace_fast
 
 BF16 = 2
 FP32 = 4
@@ -69,6 +69,7 @@ class Saved:
         object.__setattr__(self, "bytes", float(self.bytes))  # int token counts x int sizes: keep bytes a float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Op:
     """One op of one micro-batch on one rank."""

@@ -122,3 +122,26 @@ def test_layer_builders_make_fresh_ops_and_tagging_them_in_place_equals_copying(
     want = [replace(op, block=b, **({"wgrad_c_bytes": s.wgrad_c_bytes} if op.kind == GEMM and op.has_wgrad else {}))
             for op, b in second]
     assert _build_layer_ops(card, s, kind, card.sliding_window) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_fast_init_sets_every_field_as_the_dataclass_init_would(data):
+    """Op's generated __init__ (dataclass_copy.fast_init): each given field set, every other at its default, the same
+    keyword-only signature and errors; a class whose __init__ does more (Saved's __post_init__) is left alone."""
+    from dataclasses import MISSING, fields
+
+    from oracle.dataclass_copy import fast_init
+    op = data.draw(st.sampled_from(_ops()))
+    given_names = data.draw(st.sets(st.sampled_from([f.name for f in fields(Op) if f.default is not MISSING])))
+    kw = {"name": op.name, "kind": op.kind, **{n: getattr(op, n) for n in given_names}}
+    built = Op(**kw)
+    for f in fields(Op):
+        assert getattr(built, f.name) == kw.get(f.name, f.default)
+    assert Op.__init__.__qualname__ == "Op.__init__" and "_s0" in Op.__init__.__code__.co_names
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'name'"):
+        Op(kind=op.kind)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        Op(name="x", kind=op.kind, bogus=1)
+    assert fast_init(Saved) is Saved and Saved.__init__.__qualname__ == "Saved.__init__"
+    assert Saved("x", 4).bytes == 4.0  # its __post_init__ still runs
