@@ -7,7 +7,7 @@ collector runs a young collection every 700 net allocations and walks the middle
 ``gc.callbacks``; 0.081 of 0.483 s), a long search ~8 %. Nothing the oracle allocates relies on the collector
 to free it promptly (reference counting frees it; cycles are rare and small), so processes that project in
 bulk collect less often: (50,000, 20, 20) made the same run 6 collections, 0.017 of 0.402 s (998 rows/s against
-831). The command line and the Ray scorer actors call :func:`tune_collector`; a library user may call it, and
+831). The command line and the Ray scorer actors call :func:`tune_bulk_process`; a library user may call it, and
 ``RAYTUNE_PRIMUS_GC=default`` keeps Python's own thresholds (what was measured before, for A/B runs).
 
 The same processes set the C allocator (glibc) to keep the memory numpy's temporaries use (:func:`tune_allocator`):
@@ -33,15 +33,27 @@ THRESHOLDS: tuple[int, int, int] = (50_000, 20, 20)
 ENV = "RAYTUNE_PRIMUS_GC"
 
 
+def tune_bulk_process() -> None:
+    """What a process that projects in bulk sets (the command line, the Ray scorer actors): the collector's and the
+    C allocator's thresholds (:func:`tune_collector`, :func:`tune_allocator`)."""
+    tune_collector()
+    tune_allocator()
+
+
+def _wants_default(env: str, bulk: str, default: str) -> bool:
+    """Whether ``env`` asks for the library's own behaviour ('default') rather than the bulk tuning ('bulk' or
+    unset); any other value is an InvalidConfigError naming both choices (``bulk`` / ``default``: what each does)."""
+    choice = os.environ.get(env, "").strip().lower()
+    if choice not in ("", "bulk", "default"):
+        from oracle.errors import InvalidConfigError
+        raise InvalidConfigError(f"{env}={choice!r} must be 'bulk' (the default: {bulk}) or 'default' ({default})")
+    return choice == "default"
+
+
 def tune_collector() -> tuple[int, int, int]:
     """Set this process's collector thresholds to :data:`THRESHOLDS` (``RAYTUNE_PRIMUS_GC=default``: leave
     Python's); returns the thresholds in force afterwards. Idempotent."""
-    choice = os.environ.get(ENV, "").strip().lower()
-    if choice not in ("", "bulk", "default"):
-        from oracle.errors import InvalidConfigError
-        raise InvalidConfigError(f"{ENV}={choice!r} must be 'bulk' (the default: fewer collections) or 'default' "
-                                 f"(Python's own thresholds)")
-    if choice != "default":
+    if not _wants_default(ENV, "fewer collections", "Python's own thresholds"):
         gc.set_threshold(*THRESHOLDS)
     return gc.get_threshold()
 
@@ -58,12 +70,8 @@ def tune_allocator() -> bool:
     """Set glibc's ``mmap`` and trim thresholds to :data:`MMAP_THRESHOLD_BYTES` and :data:`TRIM_THRESHOLD_BYTES`
     (see the module doc); True when set. False, changing nothing, with ``RAYTUNE_PRIMUS_MALLOC=default`` or where
     the C library is not glibc (speed only). Idempotent."""
-    choice = os.environ.get(MALLOC_ENV, "").strip().lower()
-    if choice not in ("", "bulk", "default"):
-        from oracle.errors import InvalidConfigError
-        raise InvalidConfigError(f"{MALLOC_ENV}={choice!r} must be 'bulk' (the default: numpy's temporaries reuse "
-                                 f"the heap) or 'default' (the C allocator's own thresholds)")
-    if choice == "default" or not sys.platform.startswith("linux"):
+    if (_wants_default(MALLOC_ENV, "numpy's temporaries reuse the heap", "the C allocator's own thresholds")
+            or not sys.platform.startswith("linux")):
         return False
     try:
         libc = ctypes.CDLL(None)

@@ -20,6 +20,13 @@ _new = object.__new__
 _set = object.__setattr__
 
 
+def slot_setter(cls: type, name: str) -> Any:
+    """The setter of field ``name``'s slot (its member descriptor's ``__set__``: quicker than
+    ``object.__setattr__``, and past a frozen class's guard), or None where the class keeps it in a ``__dict__``."""
+    d = cls.__dict__.get(name)
+    return d.__set__ if type(d).__name__ == "member_descriptor" else None
+
+
 class _Spec:
     """A plain dataclass's field names (a set), and its copy function: straight-line code generated per class (as
     ``dataclasses`` generates ``__init__``) that sets each field through its slot's member descriptor where the
@@ -33,9 +40,7 @@ class _Spec:
         env: dict[str, Any] = {"_new": _new, "_cls": cls}
         rep = []
         for i, f in enumerate(fs):
-            d = cls.__dict__.get(f.name)
-            env[f"_s{i}"] = d.__set__ if type(d).__name__ == "member_descriptor" else (
-                lambda obj, v, _n=f.name: _set(obj, _n, v))
+            env[f"_s{i}"] = slot_setter(cls, f.name) or (lambda obj, v, _n=f.name: _set(obj, _n, v))
             rep.append(f"    _s{i}(new, g({f.name!r}, obj.{f.name}))")
         src = ("def replace(obj, changes):\n    new = _new(_cls)\n    g = changes.get\n" + "\n".join(rep)
                + "\n    return new\n")
@@ -101,10 +106,9 @@ def fast_init(cls: type[T]) -> type[T]:
     env: dict[str, Any] = {}
     params, body = [], []
     for i, f in enumerate(fs):
-        d = cls.__dict__.get(f.name)
-        if type(d).__name__ != "member_descriptor":
+        env[f"_s{i}"] = slot_setter(cls, f.name)
+        if env[f"_s{i}"] is None:
             return cls
-        env[f"_s{i}"] = d.__set__
         if f.default is MISSING:
             params.append(f.name)
         else:

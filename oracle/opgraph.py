@@ -26,7 +26,7 @@ from functools import lru_cache
 from math import ceil
 from typing import Any, Literal, get_args
 
-from oracle.dataclass_copy import HashedOnce, fast_init, replace_fast
+from oracle.dataclass_copy import HashedOnce, fast_init, replace_fast, slot_setter
 
 BF16 = 2
 FP32 = 4
@@ -631,19 +631,24 @@ def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]
     # through the slots (as replace_fast fills a copy) instead of copied
     for op, block in blocked:
         _SET_BLOCK(op, block)
-        if op.kind == GEMM and op.has_wgrad:
+        if _trains(op):
             _SET_WGRAD_C(op, s.wgrad_c_bytes)
     return [op for op, _ in blocked]
 
 
-_SET_BLOCK = Op.__dict__["block"].__set__
-_SET_WGRAD_C = Op.__dict__["wgrad_c_bytes"].__set__
+_SET_BLOCK = slot_setter(Op, "block")
+_SET_WGRAD_C = slot_setter(Op, "wgrad_c_bytes")
+
+
+def _trains(op: Op) -> bool:
+    """A trainable GEMM: it has a weight gradient, whose traffic (``Op.wgrad_c_bytes``) the run's framework sets."""
+    return op.kind == GEMM and op.has_wgrad
 
 
 def _wgrad_traffic(s: Shapes, op: Op) -> dict[str, float]:
     """A trainable GEMM's weight-gradient traffic per element as the run's framework moves it (no change for
     other ops)."""
-    return {"wgrad_c_bytes": s.wgrad_c_bytes} if op.kind == GEMM and op.has_wgrad else {}
+    return {"wgrad_c_bytes": s.wgrad_c_bytes} if _trains(op) else {}
 
 
 def _with_wgrad_traffic(s: Shapes, ops: list[Op]) -> list[Op]:

@@ -33,7 +33,7 @@ from typing import Any
 
 import ray
 
-from oracle.collector import tune_allocator, tune_collector
+from oracle.collector import tune_bulk_process
 from oracle.config import RunConfig
 from oracle.projector import LayerTimeSource
 from raytune_primus.trainable import build_run, result_to_dict
@@ -52,8 +52,7 @@ class Scorer:
     """Scores candidates of one search against one evaluator (a Ray actor; also usable in-process)."""
 
     def __init__(self, evaluator: Any, baseline: RunConfig) -> None:
-        tune_collector()  # a scorer's process projects in bulk (oracle/collector.py): the collector and the allocator
-        tune_allocator()
+        tune_bulk_process()  # a scorer's process projects in bulk (oracle/collector.py)
         self.evaluator = evaluator
         self.baseline = baseline
         self.calls = 0

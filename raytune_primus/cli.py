@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oracle.collector import tune_allocator, tune_collector
+from oracle.collector import tune_bulk_process
 from oracle.errors import PrimusError, clip
 from oracle.units import GIB
 
@@ -490,8 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        tune_collector()  # a command projects in bulk (oracle/collector.py): the collector and the allocator
-        tune_allocator()
+        tune_bulk_process()  # a command projects in bulk (oracle/collector.py)
         return int(args.func(args) or 0)
     except PrimusError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
