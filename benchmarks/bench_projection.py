@@ -22,13 +22,16 @@ work on a shared machine takes from it is not counted), for
 Each rate is printed with its ratio to the reference file (default ``benchmarks/bench_projection_reference.json``:
 the same benchmark run on the code before issue 27, ``--code`` pointing at that tree), where it holds one.
 ``--code ROOT`` imports the oracle from another source tree (A/B runs); ``--record FILE`` writes the rates.
-``--jit auto|on|off`` sets ``RAYTUNE_PRIMUS_JIT`` (the compiled pipeline replay, ``oracle/pipeline/_jit.py``;
-default ``auto``: a process switches to it after 5M replayed steps, and the phase in which it loads it pays
-the 0.4-1.6 s); each full-projection rate says which replay it ran: ``[python]``, ``[compiled]`` or
-``[switched]`` (loaded during that phase, its load counted). With ``on`` the compiled replay is loaded before
-the first phase and its load printed on a line of its own (seconds, once per process), as the ILP solver's
-import is: the cold rate is then the cost of new points, not of a process start (before 2026-12-04 the cold
-phase paid it and read ``[switched]``; ``auto`` shows what a process that never switches pays).
+``--jit auto|on|numba|off`` sets ``RAYTUNE_PRIMUS_JIT`` (the compiled pipeline replay, ``oracle/pipeline/_jit.py``:
+the C extension ``oracle.pipeline._native`` where the install built it, else numba; default ``auto``: the C
+extension from the first replay, else numba once a process has replayed 5M steps, the phase in which it loads
+numba paying the 0.4-1.6 s; ``numba`` forces numba even where the C extension is built); each full-projection
+rate says which replay it ran: ``[python]``, ``[native]``, ``[numba]`` (``[compiled]`` from a tree before the C
+extension) or ``[switched: numba]`` (loaded during that phase, its load counted). With ``on`` or ``numba`` the
+compiled replay is loaded before the first phase and its load printed on a line of its own (seconds, once per
+process), as the ILP solver's import is: the cold rate is then the cost of new points, not of a process start
+(before 2026-12-04 the cold phase paid it and read ``[switched]``; ``auto`` without the C extension shows what a
+process that never switches pays).
 
 Each phase starts after a full garbage collection (untimed), so none lands inside a phase by chance: one costs
 ~0.1 s once the oracle's caches hold ~270k objects, about a whole batch phase. A long search does pay them: over
@@ -106,10 +109,10 @@ def set_allocator(choice: str) -> str:
     return "allocator: the C library's thresholds (default)"
 
 
-def _load_jit_now() -> tuple[float, float] | None:
-    """With ``RAYTUNE_PRIMUS_JIT=on``, load the compiled replay now: (CPU s, wall s) of the load; None where the
-    mode is not ``on`` or the tree has no ``oracle.pipeline._jit``."""
-    if os.environ.get("RAYTUNE_PRIMUS_JIT", "").strip().lower() != "on":
+def _load_jit_now() -> tuple[float, float, str] | None:
+    """With ``RAYTUNE_PRIMUS_JIT=on`` (or ``numba``), load the compiled replay now: (CPU s, wall s) of the load and
+    the replay it loaded; None where the mode is neither or the tree has no ``oracle.pipeline._jit``."""
+    if os.environ.get("RAYTUNE_PRIMUS_JIT", "").strip().lower() not in ("on", "numba"):
         return None
     try:
         from oracle.pipeline import _jit
@@ -117,24 +120,29 @@ def _load_jit_now() -> tuple[float, float] | None:
         return None
     t0, w0 = time.process_time(), time.perf_counter()
     _jit.compiled(0)
-    return time.process_time() - t0, time.perf_counter() - w0
+    return time.process_time() - t0, time.perf_counter() - w0, _replay()[1]
 
 
-def _compiled_replay() -> bool | None:
+def _replay() -> tuple[bool | None, str]:
+    """(whether the compiled replay is in use, which: ``native``, ``numba``, ``python``, or ``compiled`` for a tree
+    from before the C extension); (None, "") before the oracle is imported."""
     mod = sys.modules.get("oracle.pipeline._jit")
-    return None if mod is None else mod._state["fn"] is not None
+    if mod is None:
+        return None, ""
+    on = mod._state["fn"] is not None
+    return on, mod.backend() if hasattr(mod, "backend") else "compiled" if on else "python"
 
 
 def _timed(fn, arg) -> float:
-    before = _compiled_replay()
+    before, _ = _replay()
     # a full collection first (untimed): with the space's points on the heap one costs ~0.1-0.2 s, and whether the
     # collector's counters reached one inside a 0.1 s phase swung the same tree's batch rates x1.7-2.6 between runs
     gc.collect()
     t0 = time.process_time()
     fn(arg)
     dt = time.process_time() - t0
-    after = _compiled_replay()
-    _REPLAY["last"] = "" if after is None else "[compiled]" if before else "[switched]" if after else "[python]"
+    after, kind = _replay()
+    _REPLAY["last"] = "" if after is None else f"[{kind}]" if before or not after or kind == "native" else f"[switched: {kind}]"
     return dt
 
 
@@ -183,7 +191,7 @@ def main() -> int:
     ap.add_argument("--malloc", choices=("bulk", "default"), default="bulk",
                     help="the C allocator's thresholds: the command line's (bulk, oracle/collector.py) or glibc's own "
                          "(default)")
-    ap.add_argument("--jit", choices=("auto", "on", "off"), default=None,
+    ap.add_argument("--jit", choices=("auto", "on", "numba", "off"), default=None,
                     help="RAYTUNE_PRIMUS_JIT for this run (default: the environment's, else auto)")
     args = ap.parse_args()
     if args.jit:
@@ -204,7 +212,7 @@ def main() -> int:
     ev = OracleEvaluator()
     jit_load = _load_jit_now()
     if jit_load is not None:
-        print(f"   {'compiled replay loaded (once per process, in no rate below)':58s}{jit_load[0]:10.2f} s CPU"
+        print(f"   {f'compiled replay ({jit_load[2]}) loaded once, in no rate below':58s}{jit_load[0]:10.2f} s CPU"
               f"  ({jit_load[1]:.2f} s wall)")
     wanted = [w.strip() for w in args.spaces.split(",") if w.strip()]
     for name, spec in SPACES.items():

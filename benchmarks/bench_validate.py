@@ -52,6 +52,12 @@ def rows_of(n: int, seed: int) -> list[dict[str, str]]:
     return out
 
 
+def _replay_backend() -> str:
+    """The pipeline replay this process ran (``oracle/pipeline/_jit.py``; with ``--jobs`` > 1, the parent's)."""
+    from oracle.pipeline import _jit
+    return _jit.backend() if hasattr(_jit, "backend") else "compiled" if _jit._state["fn"] is not None else "python"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=401)
@@ -73,7 +79,7 @@ def main() -> int:
     done = [r for r in first + rest if r.skipped is None]
     n = len(rows) - 1
     print(f"validate, {n} fresh Mixtral 8x22B / 32 MI355X rows ({len(done)} of {len(rows)} projected, "
-          f"jobs={args.jobs}); load {os.getloadavg()[0]:.1f}; {gc_line}")
+          f"jobs={args.jobs}); load {os.getloadavg()[0]:.1f}; {gc_line}; replay: {_replay_backend()}")
     print(f"   start-up (one row): {c1 - c0:.2f} s CPU, {w1 - w0:.2f} s wall")
     print(f"   {n} rows: {n / (c2 - c1):,.0f} rows per CPU second ({1e3 * (c2 - c1) / n:.2f} ms each), "
           f"{n / (w2 - w1):,.0f} rows per wall second")

@@ -1,24 +1,33 @@
-"""The pipeline replay's inner loop compiled to machine code (numba), switched on once it pays for itself.
+"""The pipeline replay's inner loop compiled to machine code: a C extension built at install, else numba once it pays.
 
 The replay is a chain of scalar steps (``fin[key] = max(fin[prev] + cost[fold], fin[dep] + lat[b]) +
 cost[ci]``, :func:`oracle.pipeline.simulator._replay_chain`): 0.17-0.28 us a step in CPython, 20-50x less
 compiled (measured on this 2-core AVX2 machine: 1F1B pp 8 x 64 micro-batches 284 -> 12 us, interleaved
-pp 8 vpp 4 x 128 1,361 -> 27 us, ZBV pp 16 x 256 2,517 -> 49 us). Loading the compiled function costs a
-process 0.7-1.6 s (importing numba 0.2-0.75 s and reading its on-disk cache 0.5-0.9 s, measured here beside
-other sessions' load; ~2 s the first time, compiling),
-so a one-off ``project`` never loads it: the replay stays in Python until the process has replayed
-:data:`JIT_AFTER_STEPS` steps, about what loading costs, then switches (a long search pays at most twice
-the better of the two choices: the ski-rental bound). The compiled loop does the same float additions and
-comparisons in the same order (no fast-math), so the two give bit-identical makespans (tested).
+pp 8 vpp 4 x 128 1,361 -> 27 us, ZBV pp 16 x 256 2,517 -> 49 us). Two compiled forms of the same loop:
 
-``RAYTUNE_PRIMUS_JIT``: ``auto`` (default, as above), ``on`` (from the first replay) or ``off`` (never;
-also the behaviour where numba is not installed or cannot load: nothing but speed depends on it). A process that
-knows it will replay in bulk loads it at its start with :func:`load_now` (the Ray scorer actors do, unless ``off``).
+- ``oracle.pipeline._native`` (``_native.c``), an optional C extension ``pip install`` builds where a C compiler
+  is found (setup.py). Importing it costs ~0.1 ms and a call ~1 us (it reads the cost lists as they are), so it
+  replays from the first step. It is plain C with no CPU-specific flags: a build runs on any machine of its
+  architecture (AVX2 or AMX alike).
+- numba, where the extension was not built (no compiler at install): loading it costs a process 0.4-1.6 s
+  (importing numba 0.2-0.75 s and reading its on-disk cache, measured here beside other sessions' load; ~2 s
+  the first time, compiling), so a one-off ``project`` never loads it: the replay stays in Python until the
+  process has replayed :data:`JIT_AFTER_STEPS` steps, about what loading costs, then switches (a long search
+  pays at most twice the better of the two choices: the ski-rental bound).
+
+Both do the same float additions and comparisons in the same order (no fast-math; no multiplication a compiler
+could fuse), so every backend gives bit-identical makespans (tested).
+
+``RAYTUNE_PRIMUS_JIT``: ``auto`` (default: the C extension from the first replay, else numba as above), ``on``
+(the C extension, else numba, from the first replay), ``numba`` (numba from the first replay, even where the C
+extension is built: to compare the two) or ``off`` (the Python loop; also the behaviour where neither is
+available: nothing but speed depends on them). A process that knows it will replay in bulk loads the compiled
+replay at its start with :func:`load_now` (the Ray scorer actors do, unless ``off``).
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,11 +35,18 @@ import numpy as np
 from oracle.errors import InvalidConfigError
 
 JIT_AFTER_STEPS = 5_000_000
-"""Python chain steps (0.17-0.28 us each: ~0.9-1.4 s) a process replays before it loads the compiled loop
-(0.7-1.6 s to load)."""
-MODES = ("auto", "on", "off")
+"""Python chain steps (0.17-0.28 us each: ~0.9-1.4 s) a process replays before it loads numba (0.4-1.6 s to
+load) where the C extension is not built."""
+MODES = ("auto", "on", "numba", "off")
+NATIVE_VERSION = 1
+"""The ``_native.c`` interface this module calls (its ``VERSION``): a build from an older source is not used."""
 
-_state: dict[str, Any] = {"steps": 0, "fn": None, "tried": False}
+ChainSpan = Callable[[np.ndarray, np.ndarray, Sequence[float], Sequence[float], int], float]
+"""``fn(chain, tails, cost, lat, n_keys) -> makespan``: the chain's ``(steps, 6)`` and the tails' ``(n, 2)`` int64
+arrays, the flat cost table and the boundary latencies (lists of floats) and the number of keys."""
+
+_state: dict[str, Any] = {"steps": 0, "fn": None, "tried": False, "backend": "python"}
+_NATIVE: dict[str, ChainSpan | None] = {}  # the extension's chain_span once probed (None: not built here)
 
 
 def mode() -> str:
@@ -41,8 +57,21 @@ def mode() -> str:
     return value
 
 
-def _load() -> Callable[..., float] | None:
-    """The compiled chain replay, or None where numba is missing or fails (the Python loop then stays)."""
+def native() -> ChainSpan | None:
+    """The C extension's ``chain_span``, or None where it was not built (or was built from another version of
+    ``_native.c``: reinstall to rebuild it). Probed once per process."""
+    if "fn" not in _NATIVE:
+        try:
+            from oracle.pipeline import _native  # type: ignore[attr-defined]
+        except ImportError:
+            _NATIVE["fn"] = None
+        else:
+            _NATIVE["fn"] = _native.chain_span if getattr(_native, "VERSION", None) == NATIVE_VERSION else None
+    return _NATIVE["fn"]
+
+
+def _load_numba() -> ChainSpan | None:
+    """The chain replay compiled by numba, or None where numba is missing or fails (the Python loop then stays)."""
     try:
         import numba
     except Exception:  # noqa: BLE001 - not installed, or a broken install: speed only
@@ -72,12 +101,31 @@ def _load() -> Callable[..., float] | None:
                    np.zeros(1), 0)
     except Exception:  # noqa: BLE001
         return None
-    return chain_span
+
+    def span(chain: np.ndarray, tails: np.ndarray, cost: Sequence[float], lat: Sequence[float], n_keys: int) -> float:
+        return chain_span(chain, tails, np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64),
+                          n_keys)
+    return span
 
 
-def compiled(steps: int) -> Callable[..., float] | None:
-    """The compiled replay if this process uses it for a replay of ``steps`` chain steps; else None, and
-    the steps are counted towards the switch."""
+def _use(fn: ChainSpan | None, backend: str) -> ChainSpan | None:
+    _state.update(tried=True, fn=fn, backend=backend if fn is not None else "python")
+    return fn
+
+
+def _select(m: str, *, now: bool) -> ChainSpan | None:
+    """The C extension unless ``numba`` is asked for, else numba if ``now`` (or not ``auto``); None (the Python
+    loop, for now) otherwise."""
+    if m != "numba" and native() is not None:
+        return _use(native(), "native")
+    if m == "auto" and not now:
+        return None
+    return _use(_load_numba(), "numba")
+
+
+def compiled(steps: int) -> ChainSpan | None:
+    """The compiled replay (:data:`ChainSpan`) if this process uses it for a replay of ``steps`` chain steps;
+    else None, and the steps are counted towards the switch to numba."""
     fn = _state["fn"]
     if fn is not None:
         return fn
@@ -86,26 +134,30 @@ def compiled(steps: int) -> Callable[..., float] | None:
     m = mode()
     if m == "off":
         return None
-    if m == "auto" and _state["steps"] < JIT_AFTER_STEPS:
+    fn = _select(m, now=_state["steps"] >= JIT_AFTER_STEPS)
+    if fn is None:
         _state["steps"] += steps
-        return None
-    _state["tried"] = True
-    _state["fn"] = fn = _load()
     return fn
 
 
 def load_now() -> bool:
     """Load the compiled replay now, unless ``RAYTUNE_PRIMUS_JIT=off``: a process that will replay in bulk (a
-    Ray scorer actor at start-up, ``raytune_primus.actors.Scorer.warm_up``) pays the load where nothing waits on
-    it instead of at the switch, in the middle of its work. True when the compiled replay is in use."""
-    if mode() == "off":
+    Ray scorer actor at start-up, ``raytune_primus.actors.Scorer.warm_up``) pays numba's load where nothing waits
+    on it instead of at the switch, in the middle of its work (the C extension costs nothing to load). True when
+    the compiled replay is in use."""
+    m = mode()
+    if m == "off":
         return False
     if not _state["tried"]:
-        _state["tried"] = True
-        _state["fn"] = _load()
+        _select(m, now=True)
     return _state["fn"] is not None
+
+
+def backend() -> str:
+    """Which replay this process runs now: ``native`` (the C extension), ``numba`` or ``python``."""
+    return _state["backend"]
 
 
 def reset(steps: int = 0) -> None:
     """Forget the switch (tests): back to the Python loop with ``steps`` already counted."""
-    _state.update(steps=steps, fn=None, tried=False)
+    _state.update(steps=steps, fn=None, tried=False, backend="python")

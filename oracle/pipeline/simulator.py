@@ -376,7 +376,7 @@ def _chain_span(plan: CompiledOrder, cost: list[float], lat: list[float]) -> flo
     fn = _jit.compiled(len(plan.chain))
     if fn is not None:
         chain, tails = _chain_arrays(plan)
-        return fn(chain, tails, np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64), plan.n_keys)
+        return fn(chain, tails, cost, lat, plan.n_keys)
     return _makespan(plan, _replay_chain(plan, cost, lat), cost)
 
 

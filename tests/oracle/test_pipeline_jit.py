@@ -1,16 +1,19 @@
-"""The compiled pipeline replay (``oracle.pipeline._jit``) gives the Python replay's makespans bit for bit,
-switches on only after enough replay work, and never makes numba a requirement."""
+"""The compiled pipeline replay (``oracle.pipeline._jit``: the C extension ``_native`` or numba) gives the Python
+replay's makespans bit for bit, loads numba only after enough replay work, and makes neither a requirement."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import sys
+import types
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import oracle.pipeline
 from oracle.config import RunConfig
 from oracle.errors import InvalidConfigError
 from oracle.pipeline import StageCosts, _jit, _plan, run_compiled
@@ -59,74 +62,152 @@ def replay_st(draw):
     return name, pp, vpp, m, costs
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(replay_st())
-def test_compiled_replay_is_the_python_replay_bit_for_bit(case):
+BACKENDS = ("native", "numba")
+
+
+def use(backend: str) -> str:
+    """The ``RAYTUNE_PRIMUS_JIT`` mode that runs ``backend``, skipping where it is not available here."""
+    if backend == "native":
+        if _jit.native() is None:
+            pytest.skip("the C extension oracle.pipeline._native was not built here (no C compiler at install)")
+        return "on"
     pytest.importorskip("numba")
+    return "numba"
+
+
+@pytest.fixture
+def no_native(monkeypatch):
+    """As where the C extension was not built."""
+    monkeypatch.setattr(_jit, "_NATIVE", {"fn": None})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=replay_st())
+def test_compiled_replay_is_the_python_replay_bit_for_bit(backend, case):
+    mode = use(backend)
     name, pp, vpp, m, costs = case
     plan, _, _ = _plan(name, pp, vpp, m, None)
     with jit("off"):
         python = [run_compiled(plan, c, timeline=False) for c in costs]
         batch = run_compiled_many(plan, costs)
-    with jit("on"):
+    with jit(mode):
         compiled = [run_compiled(plan, c, timeline=False) for c in costs]
-        assert _jit.compiled(0) is not None, "on: compiled from the first replay"
+        assert _jit.compiled(0) is not None and _jit.backend() == backend, "compiled from the first replay"
         assert run_compiled_many(plan, costs) == compiled
     assert compiled == python == batch
     assert [r.makespan_s for r in compiled] == [r.makespan_s for r in python]  # floats compared exactly
 
 
-def test_projections_are_the_same_with_the_compiled_replay():
-    pytest.importorskip("numba")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_projections_are_the_same_with_the_compiled_replay(backend):
+    mode = use(backend)
     base = RunConfig.from_dict({"model": "mixtral-8x22b", "cluster": {"hardware": "mi355x", "num_gpus": 32},
                                 "training": {"seq_len": 4096, "gbs": 64, "pp": 4, "vpp": 2, "ep": 8, "tp": 2}})
     space = SearchSpace(base, restrict={"pp": [2, 4, 8], "tp": [1, 2], "cp": [1], "mbs": [1, 2]})
     runs = [space.run_of(p) for p in space.points[::max(1, len(space.points) // 60)]]
     with jit("off"):
         python = [project(r, fast_schedules=True, memory_tree=False).to_dict() for r in runs]
-    with jit("on"):
+    with jit(mode):
         compiled = [project(r, fast_schedules=True, memory_tree=False).to_dict() for r in runs]
+        assert _jit.backend() == backend
     assert compiled == python
 
 
-def test_auto_switches_only_after_enough_replay_work():
+def test_auto_runs_the_c_extension_from_the_first_replay():
+    use("native")
+    plan, _, _ = _plan("1f1b", 4, 1, 8, None)
+    with jit("auto"):
+        run_compiled(plan, _costs(4, 1), timeline=False)
+        assert _jit.backend() == "native" and _jit._state["steps"] == 0  # nothing to pay off: no counting
+
+
+def test_auto_switches_to_numba_only_after_enough_replay_work(no_native):
     pytest.importorskip("numba")
     plan, _, _ = _plan("1f1b", 4, 1, 8, None)
     costs = _costs(4, 1)
     with jit("auto"):
         run_compiled(plan, costs, timeline=False)
         assert _jit._state["fn"] is None and _jit._state["steps"] == len(plan.chain)
+        assert _jit.backend() == "python"
     with jit("auto", steps=_jit.JIT_AFTER_STEPS):
         run_compiled(plan, costs, timeline=False)
-        assert _jit._state["fn"] is not None
+        assert _jit._state["fn"] is not None and _jit.backend() == "numba"
     with jit("off", steps=_jit.JIT_AFTER_STEPS):
         run_compiled(plan, costs, timeline=False)
-        assert _jit._state["fn"] is None
+        assert _jit._state["fn"] is None and _jit.backend() == "python"
 
 
-def test_without_numba_the_python_replay_stays(monkeypatch):
+def test_without_numba_or_the_extension_the_python_replay_stays(monkeypatch, no_native):
     plan, _, _ = _plan("interleaved", 2, 2, 4, None)
     costs = _costs(2, 2)
     with jit("off"):
         want = run_compiled(plan, costs, timeline=False)
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    with jit("on"):
-        assert run_compiled(plan, costs, timeline=False) == want
-        assert _jit._state["tried"] and _jit._state["fn"] is None
+    for mode in ("on", "numba", "auto"):
+        with jit(mode, steps=_jit.JIT_AFTER_STEPS):
+            assert run_compiled(plan, costs, timeline=False) == want
+            assert _jit._state["tried"] and _jit._state["fn"] is None and _jit.backend() == "python"
+
+
+def test_a_build_of_another_version_is_not_used(monkeypatch):
+    stale = types.SimpleNamespace(VERSION=0, chain_span=None)
+    monkeypatch.setitem(sys.modules, "oracle.pipeline._native", stale)
+    monkeypatch.setattr(oracle.pipeline, "_native", stale, raising=False)
+    monkeypatch.setattr(_jit, "_NATIVE", {})  # not probed yet in this process (restored after the test)
+    assert _jit.native() is None
+
+
+def test_the_c_extension_refuses_bad_input_with_an_error():
+    use("native")
+    span = _jit.native()
+    chain = np.array([[0, -1, -1, -1, -1, 0], [1, 0, -1, -1, -1, 1]], dtype=np.int64)
+    tails = np.array([[1, -1]], dtype=np.int64)
+    cost, lat = [1.5, 2.0, 0.0], [0.0]
+    assert span(chain, tails, cost, lat, 2) == 3.5  # -1: the sentinel key, the trailing 0.0 cost / latency
+    with pytest.raises(TypeError, match="chain must be a C-contiguous int64 array of rows of 6"):
+        span(chain.astype(np.int32), tails, cost, lat, 2)
+    with pytest.raises(TypeError, match="chain must be"):
+        span(np.asfortranarray(np.zeros((2, 6), dtype=np.int64)), tails, cost, lat, 2)
+    with pytest.raises(TypeError, match="tails must be a C-contiguous int64 array of rows of 2"):
+        span(chain, np.zeros(3, dtype=np.int64), cost, lat, 2)
+    with pytest.raises(TypeError, match="cost must be a list of floats"):
+        span(chain, tails, tuple(cost), lat, 2)
+    with pytest.raises(TypeError):
+        span(chain, tails, ["x", 2.0, 0.0], lat, 2)
+    with pytest.raises(IndexError, match="step 1 has an index out of range"):
+        span(np.array([[0, -1, -1, -1, -1, 0], [1, 0, -1, -1, -1, 9]], dtype=np.int64), tails, cost, lat, 2)
+    with pytest.raises(IndexError, match="step 1 has an index out of range"):
+        span(chain, tails, cost, lat, 0)  # fin holds one key (0, also -1): key 1 is past it
+    with pytest.raises(IndexError, match="tail 0 has an index out of range"):
+        span(chain, np.array([[5, -1]], dtype=np.int64), cost, lat, 2)
+    with pytest.raises(ValueError, match="no tails"):
+        span(chain, np.zeros((0, 2), dtype=np.int64), cost, lat, 2)
+    with pytest.raises(ValueError, match="n_keys must be >= 0"):
+        span(chain, tails, cost, lat, -1)
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        span(chain, tails, cost, lat)
 
 
 def test_a_bad_mode_is_named():
-    with jit("fast"), pytest.raises(InvalidConfigError, match="RAYTUNE_PRIMUS_JIT='fast' is not one of auto, on, off"):
+    with jit("fast"), pytest.raises(InvalidConfigError,
+                                    match="RAYTUNE_PRIMUS_JIT='fast' is not one of auto, on, numba, off"):
         _jit.compiled(10)
 
 
-def test_load_now_loads_unless_off():
-    pytest.importorskip("numba")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_load_now_loads_unless_off(backend):
+    mode = use(backend)
     with jit("off"):
         assert _jit.load_now() is False and _jit._state["fn"] is None
-    with jit("auto"):  # a bulk process (a Ray scorer at start-up) loads it before any replay counted
-        assert _jit.load_now() is True and _jit.compiled(1) is not None
+    with jit("auto" if backend == "native" else mode):  # a bulk process (a Ray scorer at start-up) loads it first
+        assert _jit.load_now() is True and _jit.compiled(1) is not None and _jit.backend() == backend
         assert _jit.load_now() is True  # once
     with jit("fast"), pytest.raises(InvalidConfigError, match="RAYTUNE_PRIMUS_JIT='fast'"):
         _jit.load_now()
 
+
+def test_load_now_without_the_extension_loads_numba(no_native):
+    pytest.importorskip("numba")
+    with jit("auto"):
+        assert _jit.load_now() is True and _jit.backend() == "numba"
