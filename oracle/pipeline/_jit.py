@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ JIT_AFTER_STEPS = 5_000_000
 """Python chain steps (0.17-0.28 us each: ~0.9-1.4 s) a process replays before it loads numba (0.4-1.6 s to
 load) where the C extension is not built."""
 MODES = ("auto", "on", "numba", "off")
-NATIVE_VERSION = 1
+NATIVE_VERSION = 3
 """The ``_native.c`` interface this module calls (its ``VERSION``): a build from an older source is not used."""
 
 ChainSpan = Callable[[np.ndarray, np.ndarray, Sequence[float], Sequence[float], int], float]
@@ -46,7 +47,7 @@ ChainSpan = Callable[[np.ndarray, np.ndarray, Sequence[float], Sequence[float], 
 arrays, the flat cost table and the boundary latencies (lists of floats) and the number of keys."""
 
 _state: dict[str, Any] = {"steps": 0, "fn": None, "tried": False, "backend": "python"}
-_NATIVE: dict[str, ChainSpan | None] = {}  # the extension's chain_span once probed (None: not built here)
+_NATIVE: dict[str, ModuleType | None] = {}  # the extension once probed (None: not built here)
 
 
 def mode() -> str:
@@ -57,17 +58,29 @@ def mode() -> str:
     return value
 
 
-def native() -> ChainSpan | None:
-    """The C extension's ``chain_span``, or None where it was not built (or was built from another version of
-    ``_native.c``: reinstall to rebuild it). Probed once per process."""
-    if "fn" not in _NATIVE:
+def extension() -> ModuleType | None:
+    """The C extension ``oracle.pipeline._native``, or None where it was not built (or was built from another
+    version of ``_native.c``: reinstall to rebuild it). Probed once per process."""
+    if "ext" not in _NATIVE:
         try:
             from oracle.pipeline import _native  # type: ignore[attr-defined]
         except ImportError:
-            _NATIVE["fn"] = None
+            _NATIVE["ext"] = None
         else:
-            _NATIVE["fn"] = _native.chain_span if getattr(_native, "VERSION", None) == NATIVE_VERSION else None
-    return _NATIVE["fn"]
+            _NATIVE["ext"] = _native if getattr(_native, "VERSION", None) == NATIVE_VERSION else None
+    return _NATIVE["ext"]
+
+
+def native() -> ChainSpan | None:
+    """The C extension's ``chain_span``, or None where the extension is not available (:func:`extension`)."""
+    ext = extension()
+    return None if ext is None else ext.chain_span
+
+
+def kernels() -> ModuleType | None:
+    """The C extension for the plan compiler's loops (``tick_order``, ``fold_chain``), where it is built and the mode runs it
+    (``auto``, ``on``); None: numpy (``off``, ``numba``: the code as it ran before the extension)."""
+    return extension() if mode() in ("auto", "on") else None
 
 
 def _load_numba() -> ChainSpan | None:

@@ -16,24 +16,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An int64 C-contiguous buffer of rows of `width`; 0 on success, -1 with an exception set. */
+/* An int64 C-contiguous buffer of rows of `width` (writable if asked); 0 on success, -1 with an exception set. */
 static int
-int64_rows(PyObject *obj, Py_buffer *view, Py_ssize_t width, const char *name)
+int64_rows(PyObject *obj, Py_buffer *view, Py_ssize_t width, const char *name, int writable)
 {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
         if (PyErr_ExceptionMatches(PyExc_MemoryError))
             return -1;
-        PyErr_Clear();  /* not a buffer, or not C-contiguous: one message for both */
-        PyErr_Format(PyExc_TypeError, "chain_span: %s must be a C-contiguous int64 array of rows of %zd",
-                     name, width);
+        PyErr_Clear();  /* not a buffer, not C-contiguous or read-only: one message for all */
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s int64 array of rows of %zd", name,
+                     writable ? " writable" : "", width);
         return -1;
     }
     const char *f = view->format ? view->format : "B";
     if (*f == '<' || *f == '=' || *f == '@')
         f++;
     if (view->itemsize != 8 || (strcmp(f, "l") != 0 && strcmp(f, "q") != 0) || view->len % (8 * width) != 0) {
-        PyErr_Format(PyExc_TypeError, "chain_span: %s must be a C-contiguous int64 array of rows of %zd",
-                     name, width);
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s int64 array of rows of %zd", name,
+                     writable ? " writable" : "", width);
         PyBuffer_Release(view);
         return -1;
     }
@@ -89,9 +90,9 @@ chain_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_buffer ch, tl;
-    if (int64_rows(args[0], &ch, 6, "chain") < 0)
+    if (int64_rows(args[0], &ch, 6, "chain_span: chain", 0) < 0)
         return NULL;
-    if (int64_rows(args[1], &tl, 2, "tails") < 0) {
+    if (int64_rows(args[1], &tl, 2, "chain_span: tails", 0) < 0) {
         PyBuffer_Release(&ch);
         return NULL;
     }
@@ -148,9 +149,281 @@ done:
     return result;
 }
 
+
+/* tick_order(own, d1, d2, offsets, n_keys, perm) -> bool: oracle.pipeline.fast_compile._tick_order's result
+ * written into `perm` (int64, one per op slot): the op slots sorted stably by their longest-path level with unit
+ * op lengths, tick[i] = max(tick[rank predecessor] + 1, tick[slot of d1[i]] + 1, tick[slot of d2[i]] + 1) (a
+ * key no op owns, -1 included, counts as level -1). The levels are the graph's unique least fixed point, so
+ * this gives the very permutation of the numpy relaxation; here each rank advances while its next op's inputs
+ * have levels (Kahn's order, rank by rank), a counting sort orders the slots. False (perm untouched) when no
+ * rank can advance: the order deadlocks (a cycle). Every index is checked. */
+static PyObject *
+tick_order(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "tick_order(own, d1, d2, offsets, n_keys, perm) takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t n_keys = PyLong_AsSsize_t(args[4]);
+    if (n_keys == -1 && PyErr_Occurred())
+        return NULL;
+    if (n_keys < 0) {
+        PyErr_SetString(PyExc_ValueError, "tick_order: n_keys must be >= 0");
+        return NULL;
+    }
+    Py_buffer bo, b1, b2, bf, bp;
+    int got = 0;
+    const char *names[5] = {"tick_order: own", "tick_order: d1", "tick_order: d2", "tick_order: offsets",
+                            "tick_order: perm"};
+    Py_buffer *views[5] = {&bo, &b1, &b2, &bf, &bp};
+    PyObject *result = NULL;
+    int64_t *slot_of = NULL, *tick = NULL, *at = NULL, *count = NULL;
+    for (; got < 5; got++)
+        if (int64_rows(args[got == 4 ? 5 : got], views[got], 1, names[got], got == 4) < 0)
+            goto done;
+    Py_ssize_t n = bo.len / 8, pp = bf.len / 8 - 1;
+    if (b1.len != bo.len || b2.len != bo.len || bp.len != bo.len || pp < 0) {
+        PyErr_SetString(PyExc_ValueError, "tick_order: own, d1, d2 and perm need one entry per op, offsets pp + 1");
+        goto done;
+    }
+    const int64_t *own = (const int64_t *)bo.buf, *d1 = (const int64_t *)b1.buf, *d2 = (const int64_t *)b2.buf;
+    const int64_t *off = (const int64_t *)bf.buf;
+    int64_t *perm = (int64_t *)bp.buf;
+    if (off[0] != 0 || off[pp] != n) {
+        PyErr_SetString(PyExc_ValueError, "tick_order: offsets must run from 0 to the op count");
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < pp; r++)
+        if (off[r + 1] < off[r]) {
+            PyErr_SetString(PyExc_ValueError, "tick_order: offsets must not decrease");
+            goto done;
+        }
+    slot_of = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n_keys + 1));
+    tick = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n + 1));
+    at = (int64_t *)malloc(sizeof(int64_t) * (size_t)(pp > 0 ? pp : 1));
+    count = (int64_t *)calloc((size_t)(n + 1), sizeof(int64_t));
+    if (!slot_of || !tick || !at || !count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k <= n_keys; k++)
+        slot_of[k] = n;  /* no op owns it: the sentinel slot n, level -1 */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t k = wrap(own[i], n_keys + 1);
+        if (k < 0) {
+            PyErr_Format(PyExc_IndexError, "tick_order: op %zd owns key %lld, out of range", i, (long long)own[i]);
+            goto done;
+        }
+        slot_of[k] = i;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (wrap(d1[i], n_keys + 1) < 0 || wrap(d2[i], n_keys + 1) < 0) {
+            PyErr_Format(PyExc_IndexError, "tick_order: op %zd depends on a key out of range", i);
+            goto done;
+        }
+        tick[i] = -2;  /* not placed yet */
+    }
+    tick[n] = -1;
+    for (Py_ssize_t r = 0; r < pp; r++)
+        at[r] = off[r];
+    Py_ssize_t placed = 0;
+    int stuck = 0;
+    while (placed < n) {
+        Py_ssize_t before = placed;
+        for (Py_ssize_t r = 0; r < pp; r++) {
+            int64_t i = at[r], end = off[r + 1];
+            for (; i < end; i++) {
+                int64_t t1 = tick[slot_of[wrap(d1[i], n_keys + 1)]], t2 = tick[slot_of[wrap(d2[i], n_keys + 1)]];
+                if (t1 == -2 || t2 == -2)
+                    break;  /* an input not placed yet: another rank first */
+                int64_t t = (i > off[r] ? tick[i - 1] : -1);
+                if (t1 > t)
+                    t = t1;
+                if (t2 > t)
+                    t = t2;
+                tick[i] = t + 1;
+                count[t + 1]++;
+                placed++;
+            }
+            at[r] = i;
+        }
+        if (placed == before) {
+            stuck = 1;
+            break;
+        }
+    }
+    if (!stuck) {
+        int64_t total = 0;  /* count[t] -> the first position of level t */
+        for (Py_ssize_t t = 0; t <= n; t++) {
+            int64_t c = count[t];
+            count[t] = total;
+            total += c;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            perm[count[tick[i]]++] = i;
+    }
+    result = PyBool_FromLong(!stuck);
+done:
+    free(slot_of);
+    free(tick);
+    free(at);
+    free(count);
+    for (int j = 0; j < got; j++)
+        PyBuffer_Release(views[j]);
+    return result;
+}
+
+
+/* fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails) -> int: oracle.pipeline.fast_compile.
+ * fold_columns computed op by op: the folded chain's steps written into the first rows of `chain` ((ops, 6)
+ * int64, key, prev, fold, dep, boundary, cost index) in evaluation order, each rank's tail into `tails`
+ * ((pp, 2) int64); returns the step count. An op no other rank waits for and with no cross-rank input folds
+ * into its rank's next op (a run of such ops: each but the last is a step of its own, emitted where the next
+ * one is met). Every index is checked. */
+static PyObject *
+fold_chain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails) takes 10 arguments");
+        return NULL;
+    }
+    Py_ssize_t n_keys = PyLong_AsSsize_t(args[7]);
+    if (n_keys == -1 && PyErr_Occurred())
+        return NULL;
+    if (n_keys < 0) {
+        PyErr_SetString(PyExc_ValueError, "fold_chain: n_keys must be >= 0");
+        return NULL;
+    }
+    enum { RANK, OWN, D1, B1, GCI, PERM, OFF, CHAIN, TAILS, N_BUF };
+    static const char *names[N_BUF] = {"fold_chain: rank", "fold_chain: own", "fold_chain: d1", "fold_chain: b1",
+                                       "fold_chain: gci", "fold_chain: perm", "fold_chain: offsets",
+                                       "fold_chain: chain", "fold_chain: tails"};
+    static const int arg_of[N_BUF] = {0, 1, 2, 3, 4, 5, 6, 8, 9};
+    Py_buffer v[N_BUF];
+    int got = 0;
+    PyObject *result = NULL;
+    char *awaited = NULL, *foldable = NULL, *emitted = NULL;
+    int64_t *pos = NULL, *at_slot = NULL, *latest = NULL;
+    for (; got < N_BUF; got++)
+        if (int64_rows(args[arg_of[got]], &v[got], got == CHAIN ? 6 : got == TAILS ? 2 : 1, names[got],
+                       got >= CHAIN) < 0)
+            goto done;
+    Py_ssize_t n = v[OWN].len / 8, pp = v[OFF].len / 8 - 1;
+    if (v[RANK].len != v[OWN].len || v[D1].len != v[OWN].len || v[B1].len != v[OWN].len
+        || v[GCI].len != v[OWN].len || v[PERM].len != v[OWN].len || v[CHAIN].len != 6 * v[OWN].len || pp < 0
+        || v[TAILS].len != 2 * 8 * pp) {
+        PyErr_SetString(PyExc_ValueError, "fold_chain: rank, own, d1, b1, gci and perm need one entry per op, "
+                                          "chain one row of 6 per op, offsets pp + 1 entries, tails pp rows of 2");
+        goto done;
+    }
+    const int64_t *rank = (const int64_t *)v[RANK].buf, *own = (const int64_t *)v[OWN].buf;
+    const int64_t *d1 = (const int64_t *)v[D1].buf, *b1 = (const int64_t *)v[B1].buf;
+    const int64_t *gci = (const int64_t *)v[GCI].buf, *perm = (const int64_t *)v[PERM].buf;
+    const int64_t *off = (const int64_t *)v[OFF].buf;
+    int64_t *chain = (int64_t *)v[CHAIN].buf, *tails = (int64_t *)v[TAILS].buf;
+    if (pp > 0 && (off[0] != 0 || off[pp] != n)) {
+        PyErr_SetString(PyExc_ValueError, "fold_chain: offsets must run from 0 to the op count");
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < pp; r++)
+        if (off[r + 1] < off[r]) {
+            PyErr_SetString(PyExc_ValueError, "fold_chain: offsets must not decrease");
+            goto done;
+        }
+    awaited = (char *)calloc((size_t)(n_keys + 1), 1);
+    foldable = (char *)calloc((size_t)(n + 1), 1);
+    emitted = (char *)calloc((size_t)(n + 1), 1);
+    pos = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n + 1));
+    at_slot = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n + 1));
+    latest = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!awaited || !foldable || !emitted || !pos || !at_slot || !latest) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (wrap(own[i], n_keys + 1) < 0 || wrap(d1[i], n_keys + 1) < 0 || rank[i] < 0 || rank[i] >= pp
+            || i < off[rank[i]] || i >= off[rank[i] + 1]) {
+            PyErr_Format(PyExc_IndexError, "fold_chain: op %zd has a key or rank out of range", i);
+            goto done;
+        }
+        if (b1[i] >= 0)
+            awaited[wrap(d1[i], n_keys + 1)] = 1;
+        pos[i] = -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (perm[j] < 0 || perm[j] >= n || pos[perm[j]] >= 0) {
+            PyErr_SetString(PyExc_ValueError, "fold_chain: perm must be a permutation of the op slots");
+            goto done;
+        }
+        pos[perm[j]] = j;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        foldable[i] = b1[i] < 0 && !awaited[wrap(own[i], n_keys + 1)];
+    for (Py_ssize_t j = 0; j < n; j++)
+        at_slot[j] = -1;
+    int64_t run = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int last = i == off[rank[i] + 1] - 1;
+        int next_foldable = i + 1 < n && foldable[i + 1] && !last;
+        emitted[i] = !foldable[i] || next_foldable;
+        if (emitted[i]) {  /* emitted at its own position, a standalone foldable op at its successor's */
+            int64_t at = (foldable[i] && next_foldable) ? pos[i + 1] : pos[i];
+            if (at_slot[at] >= 0) {  /* cannot happen for a permutation: one step per evaluation position */
+                PyErr_SetString(PyExc_ValueError, "fold_chain: two steps at one evaluation position");
+                goto done;
+            }
+            at_slot[at] = i;
+            run = i;
+        }
+        latest[i] = run;  /* the latest emitted slot so far (over all ranks: clamped to the rank below) */
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t i = at_slot[j];
+        if (i < 0)
+            continue;
+        int64_t start = off[rank[i]];
+        int64_t before = i > 0 ? latest[i - 1] : -1;
+        int64_t *row = chain + 6 * k++;
+        row[0] = own[i];
+        row[1] = before >= start ? own[before] : -1;
+        row[2] = (!foldable[i] && i > start && foldable[i - 1]) ? gci[i - 1] : -1;
+        row[3] = (foldable[i] || b1[i] < 0) ? -1 : d1[i];
+        row[4] = foldable[i] ? -1 : b1[i];
+        row[5] = gci[i];
+    }
+    for (Py_ssize_t r = 0; r < pp; r++) {
+        int64_t lo = off[r], hi = off[r + 1];
+        if (lo == hi) {
+            tails[2 * r] = tails[2 * r + 1] = -1;
+            continue;
+        }
+        int64_t e = latest[hi - 1];
+        tails[2 * r] = e >= lo ? own[e] : -1;
+        tails[2 * r + 1] = foldable[hi - 1] ? gci[hi - 1] : -1;
+    }
+    result = PyLong_FromSsize_t(k);
+done:
+    free(awaited);
+    free(foldable);
+    free(emitted);
+    free(pos);
+    free(at_slot);
+    free(latest);
+    for (int j = 0; j < got; j++)
+        PyBuffer_Release(&v[j]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"chain_span", (PyCFunction)(void (*)(void))chain_span, METH_FASTCALL,
      "chain_span(chain, tails, cost, lat, n_keys) -> float: the folded chain's makespan (see the module)."},
+    {"tick_order", (PyCFunction)(void (*)(void))tick_order, METH_FASTCALL,
+     "tick_order(own, d1, d2, offsets, n_keys, perm) -> bool: the op slots by longest-path level (see the source)."},
+    {"fold_chain", (PyCFunction)(void (*)(void))fold_chain, METH_FASTCALL,
+     "fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails) -> int: the folded chain (see the "
+     "source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -163,7 +436,7 @@ PyInit__native(void)
 {
     PyObject *m = PyModule_Create(&module);
     /* the interface version oracle/pipeline/_jit.py expects (NATIVE_VERSION): a stale build is not used */
-    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }

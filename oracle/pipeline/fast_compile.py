@@ -28,6 +28,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from oracle.pipeline import _jit
 from oracle.pipeline.types import Layout, Op, stage_map, virtual_stage
 
 KIND_CODES: tuple[str, ...] = ("F", "B", "W", "BW")
@@ -288,8 +289,15 @@ def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarr
                  ) -> tuple[LazyChain, tuple[tuple[int, int], ...]]:
     """``CompiledOrder``'s (chain, tails) from per-slot columns and the evaluation order ``perm``: the same fold
     as ``simulator.fold_steps`` (which walks the steps one by one), computed with numpy. A rank's steps come in
-    its slot order (the rank predecessor first), so "the rank's previous op" is the previous slot."""
+    its slot order (the rank predecessor first), so "the rank's previous op" is the previous slot. Where the C
+    extension runs (``_jit.kernels``), its ``fold_chain`` computes the same chain and tails op by op."""
     n = len(own)
+    ext = _jit.kernels()
+    if ext is not None:
+        chain = np.empty((n, 6), dtype=np.int64)
+        tails_arr = np.empty((len(offsets) - 1, 2), dtype=np.int64)
+        k = ext.fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails_arr)
+        return LazyChain(chain[:k], n_keys), tuple(map(tuple, tails_arr.tolist()))
     slots = np.arange(n, dtype=np.int64)
     awaited = np.zeros(n_keys + 1, dtype=bool)
     awaited[d1[b1 >= 0]] = True
@@ -344,7 +352,13 @@ def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.nda
     orders settle in one round trip (78 of the bench's 80 cold plans; sweeping back up to rank 1 only, none
     did). Ticks only grow from below, so the first round after which every
     rank's ticks already satisfy their dependencies (one check over all ranks at once) holds the least
-    fixed point: the longest-path levels, the same ticks as a further round that changes nothing."""
+    fixed point: the longest-path levels, the same ticks as a further round that changes nothing.
+    Where the C extension runs (``_jit.kernels``), its ``tick_order`` gives the same permutation (the levels are
+    unique) by advancing each rank while its next op's inputs are placed, then a counting sort."""
+    ext = _jit.kernels()
+    if ext is not None:
+        perm = np.empty(n, dtype=np.int64)
+        return perm if ext.tick_order(own, d1, d2, offsets, n_keys, perm) else None
     slot_of = np.full(n_keys + 1, n, dtype=np.int64)  # key -1 (no dependency) -> sentinel slot n
     slot_of[own] = np.arange(n, dtype=np.int64)
     s1 = slot_of[d1]

@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 
 from oracle.errors import InvalidConfigError
 from oracle.pipeline import Op, ScheduleDeadlockError, StageCosts, run_compiled, run_schedule
-from oracle.pipeline.fast_compile import array_to_ops
+from oracle.pipeline import _jit
+from oracle.pipeline.fast_compile import array_to_ops, compile_arrays, fold_columns
 from oracle.pipeline.schedules import SCHEDULES
 from oracle.pipeline.simulator import (CompiledOrder, compile_order, compile_order_arrays,
-                                       compile_order_reference, fold_steps)
+                                       compile_order_reference, fold_steps, ops_to_array)
+from tests.oracle.test_pipeline_jit import jit, use
 from tests.oracle.test_pipeline_properties import SETTINGS, costs_st
 
 ARRAY_BUILT = tuple(name for name, spec in SCHEDULES.items() if spec.builds_arrays)
@@ -125,14 +127,10 @@ def test_large_plans_match_the_reference(name, pp, vpp, m):
     assert run_compiled(fast, costs) == run_compiled(ref, costs)
 
 
-@SETTINGS
-@given(st.data())
-def test_shuffled_orders_agree_with_the_reference_or_raise_the_same_error(data):
-    """Random per-rank permutations (mostly deadlocks) and random swaps of adjacent ops."""
-    name = data.draw(st.sampled_from(FIXED))
-    pp, vpp, m = _sizes(data.draw, name, pp_max=4)
-    spec = SCHEDULES[name]
-    order = [list(ops) for ops in spec.make(pp, vpp, m).order]
+def _shuffled(data, name: str, pp: int, vpp: int, m: int) -> list[list[Op]]:
+    """Schedule ``name``'s order with random swaps of adjacent ops, maybe rank 0 permuted (mostly deadlocks)
+    and maybe the last rank's last op replaced by a duplicate F (malformed)."""
+    order = [list(ops) for ops in SCHEDULES[name].make(pp, vpp, m).order]
     for r in range(pp):
         for _ in range(data.draw(st.integers(0, 3))):
             if len(order[r]) > 1:
@@ -142,6 +140,17 @@ def test_shuffled_orders_agree_with_the_reference_or_raise_the_same_error(data):
         order[0] = data.draw(st.permutations(order[0]))
     if data.draw(st.booleans()) and order[-1]:
         order[-1] = order[-1][:-1] + [Op("F", 0, 0)]  # a duplicate F and a missing op
+    return order
+
+
+@SETTINGS
+@given(st.data())
+def test_shuffled_orders_agree_with_the_reference_or_raise_the_same_error(data):
+    """Random per-rank permutations (mostly deadlocks) and random swaps of adjacent ops."""
+    name = data.draw(st.sampled_from(FIXED))
+    pp, vpp, m = _sizes(data.draw, name, pp_max=4)
+    spec = SCHEDULES[name]
+    order = _shuffled(data, name, pp, vpp, m)
     costs = data.draw(costs_st(pp, vpp))
     try:
         ref = compile_order_reference(order, pp, vpp, spec.layout, m)
@@ -154,3 +163,80 @@ def test_shuffled_orders_agree_with_the_reference_or_raise_the_same_error(data):
     assert_same_plan(fast, ref)
     assert_topological(fast)
     assert run_compiled(fast, costs) == run_compiled(ref, costs)
+
+
+def _compiled_fields(arrays: list[np.ndarray], pp: int, vpp: int, layout: str, m: int) -> dict | None:
+    """compile_arrays' fields, each as comparable plain data (None: not accepted)."""
+    fields = compile_arrays(arrays, pp, vpp, layout, m)
+    if fields is None:
+        return None
+    out = {k: v for k, v in fields.items() if k not in ("chain", "order", "steps", "chain_arrays", "step_slots")
+           and not isinstance(v, np.ndarray)}
+    out.update({k: (v.dtype.str, v.shape, v.tobytes()) for k, v in fields.items() if isinstance(v, np.ndarray)})
+    out["chain_arrays"] = [(a.dtype.str, a.shape, a.tobytes()) for a in fields["chain_arrays"]]
+    out["step_slots"] = fields["step_slots"].tolist()
+    out["chain"], out["steps"], out["order"] = tuple(fields["chain"]), tuple(fields["steps"]), tuple(fields["order"])
+    return out
+
+
+@SETTINGS
+@given(st.data())
+def test_the_c_compile_kernels_give_numpys_plan_exactly(data):
+    """``_native.tick_order`` and ``fold_chain`` (``RAYTUNE_PRIMUS_JIT`` auto) against the numpy relaxation and
+    fold (``off``): the same evaluation order, chain, tails and tables, byte for byte, or both refuse the order
+    (a deadlock, a malformed order), on shuffled orders of every fixed schedule and on the big shapes."""
+    use("native")
+    name = data.draw(st.sampled_from(FIXED))
+    pp, vpp, m = _sizes(data.draw, name, pp_max=8)
+    order = _shuffled(data, name, pp, vpp, m) if data.draw(st.booleans()) else SCHEDULES[name].make(pp, vpp, m).order
+    arrays = [ops_to_array(ops) for ops in order]
+    if any(a is None for a in arrays):
+        return
+    got = {}
+    for mode in ("off", "auto"):
+        with jit(mode):
+            got[mode] = _compiled_fields(arrays, pp, vpp, SCHEDULES[name].layout, m)
+    assert got["auto"] == got["off"]
+
+
+@pytest.mark.parametrize("name,pp,vpp,m", [("1f1b", 32, 1, 512), ("interleaved", 16, 3, 256), ("zbv", 16, 2, 256)])
+def test_the_c_compile_kernels_on_big_plans(name, pp, vpp, m):
+    use("native")
+    arrays = list(SCHEDULES[name].make_fast(pp, vpp, m).order)
+    got = {}
+    for mode in ("off", "auto"):
+        with jit(mode):
+            got[mode] = _compiled_fields(arrays, pp, vpp, SCHEDULES[name].layout, m)
+    assert got["auto"] is not None and got["auto"] == got["off"]
+
+
+def test_the_c_compile_kernels_refuse_bad_input():
+    use("native")
+    ext = _jit.extension()
+    one = np.zeros(2, dtype=np.int64)
+    perm = np.empty(2, dtype=np.int64)
+    offsets = np.array([0, 2], dtype=np.int64)
+    own = np.array([0, 1], dtype=np.int64)
+    no_dep = np.full(2, -1, dtype=np.int64)
+    assert ext.tick_order(own, no_dep, no_dep, offsets, 2, perm) and perm.tolist() == [0, 1]
+    assert not ext.tick_order(own, np.array([1, -1], dtype=np.int64), no_dep, offsets, 2, perm)  # waits on its successor
+    with pytest.raises(IndexError, match="op 1 owns key 5, out of range"):
+        ext.tick_order(np.array([0, 5], dtype=np.int64), no_dep, no_dep, offsets, 2, perm)
+    with pytest.raises(ValueError, match="offsets must run from 0 to the op count"):
+        ext.tick_order(own, no_dep, no_dep, np.array([0, 3], dtype=np.int64), 2, perm)
+    with pytest.raises(TypeError, match="tick_order: perm must be a C-contiguous writable int64 array"):
+        ext.tick_order(own, no_dep, no_dep, offsets, 2, perm.astype(np.float64))
+    chain, tails = np.empty((2, 6), dtype=np.int64), np.empty((1, 2), dtype=np.int64)
+    # two ops no other rank waits for: the first a step of its own, the last folded into the rank's tail
+    assert ext.fold_chain(one, own, no_dep, no_dep, one, np.array([0, 1], dtype=np.int64), offsets, 2, chain,
+                          tails) == 1
+    assert chain[:1].tolist() == [[0, -1, -1, -1, -1, 0]] and tails.tolist() == [[0, 0]]
+    with jit("off"):
+        folded, numpy_tails = fold_columns(one, own, no_dep, no_dep, one, np.array([0, 1]), offsets, 2)
+    assert folded.array.tolist() == chain[:1].tolist() and numpy_tails == ((0, 0),)
+    with pytest.raises(ValueError, match="perm must be a permutation of the op slots"):
+        ext.fold_chain(one, own, no_dep, no_dep, one, np.array([0, 0], dtype=np.int64), offsets, 2, chain, tails)
+    with pytest.raises(IndexError, match="op 1 has a key or rank out of range"):
+        ext.fold_chain(np.array([0, 3], dtype=np.int64), own, no_dep, no_dep, one, perm, offsets, 2, chain, tails)
+    with pytest.raises(ValueError, match="tails pp rows of 2"):
+        ext.fold_chain(one, own, no_dep, no_dep, one, perm, offsets, 2, chain, np.empty((2, 2), dtype=np.int64))

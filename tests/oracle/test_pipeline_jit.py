@@ -78,7 +78,7 @@ def use(backend: str) -> str:
 @pytest.fixture
 def no_native(monkeypatch):
     """As where the C extension was not built."""
-    monkeypatch.setattr(_jit, "_NATIVE", {"fn": None})
+    monkeypatch.setattr(_jit, "_NATIVE", {"ext": None})
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
