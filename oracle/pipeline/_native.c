@@ -66,6 +66,36 @@ doubles(PyObject *obj, Py_ssize_t *n, const char *name)
     return out;
 }
 
+/* The key count argument: 0 with it in *out, -1 with an exception set. */
+static int
+key_count(PyObject *obj, const char *fn, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(obj);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (*out < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: n_keys must be >= 0", fn);
+        return -1;
+    }
+    return 0;
+}
+
+/* The ranks' slot offsets (pp + 1, from 0 to n, never decreasing): 0, or -1 with an exception set. */
+static int
+check_offsets(const int64_t *off, Py_ssize_t pp, Py_ssize_t n, const char *fn)
+{
+    if (pp > 0 && (off[0] != 0 || off[pp] != n)) {
+        PyErr_Format(PyExc_ValueError, "%s: offsets must run from 0 to the op count", fn);
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < pp; r++)
+        if (off[r + 1] < off[r]) {
+            PyErr_Format(PyExc_ValueError, "%s: offsets must not decrease", fn);
+            return -1;
+        }
+    return 0;
+}
+
 /* Python's index rule: i in [-n, n) -> [0, n); anything else -> -1. */
 static inline Py_ssize_t
 wrap(int64_t i, Py_ssize_t n)
@@ -82,13 +112,9 @@ chain_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "chain_span(chain, tails, cost, lat, n_keys) takes 5 arguments");
         return NULL;
     }
-    Py_ssize_t n_keys = PyLong_AsSsize_t(args[4]);
-    if (n_keys == -1 && PyErr_Occurred())
+    Py_ssize_t n_keys;
+    if (key_count(args[4], "chain_span", &n_keys) < 0)
         return NULL;
-    if (n_keys < 0) {
-        PyErr_SetString(PyExc_ValueError, "chain_span: n_keys must be >= 0");
-        return NULL;
-    }
     Py_buffer ch, tl;
     if (int64_rows(args[0], &ch, 6, "chain_span: chain", 0) < 0)
         return NULL;
@@ -164,13 +190,9 @@ tick_order(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "tick_order(own, d1, d2, offsets, n_keys, perm) takes 6 arguments");
         return NULL;
     }
-    Py_ssize_t n_keys = PyLong_AsSsize_t(args[4]);
-    if (n_keys == -1 && PyErr_Occurred())
+    Py_ssize_t n_keys;
+    if (key_count(args[4], "tick_order", &n_keys) < 0)
         return NULL;
-    if (n_keys < 0) {
-        PyErr_SetString(PyExc_ValueError, "tick_order: n_keys must be >= 0");
-        return NULL;
-    }
     Py_buffer bo, b1, b2, bf, bp;
     int got = 0;
     const char *names[5] = {"tick_order: own", "tick_order: d1", "tick_order: d2", "tick_order: offsets",
@@ -189,15 +211,8 @@ tick_order(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
     const int64_t *own = (const int64_t *)bo.buf, *d1 = (const int64_t *)b1.buf, *d2 = (const int64_t *)b2.buf;
     const int64_t *off = (const int64_t *)bf.buf;
     int64_t *perm = (int64_t *)bp.buf;
-    if (off[0] != 0 || off[pp] != n) {
-        PyErr_SetString(PyExc_ValueError, "tick_order: offsets must run from 0 to the op count");
+    if (check_offsets(off, pp, n, "tick_order") < 0)
         goto done;
-    }
-    for (Py_ssize_t r = 0; r < pp; r++)
-        if (off[r + 1] < off[r]) {
-            PyErr_SetString(PyExc_ValueError, "tick_order: offsets must not decrease");
-            goto done;
-        }
     slot_of = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n_keys + 1));
     tick = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n + 1));
     at = (int64_t *)malloc(sizeof(int64_t) * (size_t)(pp > 0 ? pp : 1));
@@ -288,13 +303,9 @@ fold_chain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
                         "fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails) takes 10 arguments");
         return NULL;
     }
-    Py_ssize_t n_keys = PyLong_AsSsize_t(args[7]);
-    if (n_keys == -1 && PyErr_Occurred())
+    Py_ssize_t n_keys;
+    if (key_count(args[7], "fold_chain", &n_keys) < 0)
         return NULL;
-    if (n_keys < 0) {
-        PyErr_SetString(PyExc_ValueError, "fold_chain: n_keys must be >= 0");
-        return NULL;
-    }
     enum { RANK, OWN, D1, B1, GCI, PERM, OFF, CHAIN, TAILS, N_BUF };
     static const char *names[N_BUF] = {"fold_chain: rank", "fold_chain: own", "fold_chain: d1", "fold_chain: b1",
                                        "fold_chain: gci", "fold_chain: perm", "fold_chain: offsets",
@@ -322,15 +333,8 @@ fold_chain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
     const int64_t *gci = (const int64_t *)v[GCI].buf, *perm = (const int64_t *)v[PERM].buf;
     const int64_t *off = (const int64_t *)v[OFF].buf;
     int64_t *chain = (int64_t *)v[CHAIN].buf, *tails = (int64_t *)v[TAILS].buf;
-    if (pp > 0 && (off[0] != 0 || off[pp] != n)) {
-        PyErr_SetString(PyExc_ValueError, "fold_chain: offsets must run from 0 to the op count");
+    if (check_offsets(off, pp, n, "fold_chain") < 0)
         goto done;
-    }
-    for (Py_ssize_t r = 0; r < pp; r++)
-        if (off[r + 1] < off[r]) {
-            PyErr_SetString(PyExc_ValueError, "fold_chain: offsets must not decrease");
-            goto done;
-        }
     awaited = (char *)calloc((size_t)(n_keys + 1), 1);
     foldable = (char *)calloc((size_t)(n + 1), 1);
     emitted = (char *)calloc((size_t)(n + 1), 1);
