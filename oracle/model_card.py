@@ -399,6 +399,11 @@ def bundled_models() -> list[str]:
     return _REGISTRY.names()
 
 
+def is_bundled_model(name: str) -> bool:
+    """``name in bundled_models()``, without listing the folder where the card was loaded before."""
+    return _REGISTRY.bundled(name) is not None or name in _REGISTRY.names()
+
+
 def load_model(name_or_path: str) -> ModelCard:
     """A bundled card by name, a card YAML by path, or a Hugging Face config.json by path."""
     return _REGISTRY.load(name_or_path)

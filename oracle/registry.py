@@ -112,7 +112,19 @@ class YamlRegistry(Generic[T]):
                                      f"give the exact name")
         return hits[0] if hits else None
 
+    def bundled(self, name: str) -> T | None:
+        """The parsed bundled component ``name`` if this process has loaded it (no file-system call), else None."""
+        key = ("bundled", name)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+        return hit
+
     def load(self, name_or_path: str) -> T:
+        # a bundled name loaded before: from the cache, without the stat below (validate loads a card and a profile
+        # per row). Its file's existence was checked then; like the parse itself, the answer is kept for the process.
+        if type(name_or_path) is str and (hit := self.bundled(name_or_path)) is not None:
+            return hit
         name_or_path = check_name(self.kind, name_or_path)
         # string paths, not pathlib: validate loads a card and a profile per row (pathlib's parsing was ~half of it)
         is_path = "/" in name_or_path or os.path.splitext(name_or_path)[1].lower() in SUFFIXES

@@ -193,9 +193,9 @@ def _splits_evenly(data: dict[str, Any]) -> bool:
     pp, vpp = str(t.get("pp", 1)).strip(), str(t.get("vpp", 1)).strip()
     if not isinstance(model, str) or not pp.isdigit() or not vpp.isdigit():
         return False
-    from oracle.model_card import bundled_models, load_model
+    from oracle.model_card import is_bundled_model, load_model
     from oracle.pipeline_layout import splits_evenly
-    return model in bundled_models() and splits_evenly(load_model(model).num_layers, int(pp), int(vpp))
+    return is_bundled_model(model) and splits_evenly(load_model(model).num_layers, int(pp), int(vpp))
 
 
 def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str]:

@@ -89,3 +89,18 @@ def test_exact_bundled_name_and_paths_win_over_the_loose_lookup(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     assert load_hardware("GB200.yaml").name == "my-part"
     assert load_hardware("GB200").name == "gb200-nvl72"
+
+
+def test_a_bundled_name_loaded_once_is_served_without_touching_the_disk(tmp_path, monkeypatch):
+    """validate loads a card and a profile per row: the second load of a bundled name is the cached parse, with no
+    stat (the first still checks the file and its name)."""
+    d = tmp_path / "profiles"
+    _copy_dir(Path(PROFILE_DIR), d, ["b200"])
+    reg = YamlRegistry("hardware profile", d, lambda path, name: [name], lambda path: [path.stem])
+    first = reg.load("b200")
+    calls = []
+    monkeypatch.setattr("oracle.registry.os.path.exists", lambda p: calls.append(p) or True)
+    assert reg.load("b200") is first and calls == []
+    assert reg.bundled("b200") is first and reg.bundled("b300") is None
+    with pytest.raises(InvalidConfigError, match="name is empty"):
+        reg.load(" ")  # names never loaded are still checked
