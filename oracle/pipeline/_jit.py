@@ -39,7 +39,7 @@ JIT_AFTER_STEPS = 5_000_000
 """Python chain steps (0.17-0.28 us each: ~0.9-1.4 s) a process replays before it loads numba (0.4-1.6 s to
 load) where the C extension is not built."""
 MODES = ("auto", "on", "numba", "off")
-NATIVE_VERSION = 3
+NATIVE_VERSION = 4
 """The ``_native.c`` interface this module calls (its ``VERSION``): a build from an older source is not used."""
 
 ChainSpan = Callable[[np.ndarray, np.ndarray, Sequence[float], Sequence[float], int], float]
@@ -78,7 +78,7 @@ def native() -> ChainSpan | None:
 
 
 def kernels() -> ModuleType | None:
-    """The C extension for the plan compiler's loops (``tick_order``, ``fold_chain``), where it is built and the mode runs it
+    """The C extension for the plan compiler's loops (``compile_core``, ``tick_order``, ``fold_chain``), where it is built and the mode runs it
     (``auto``, ``on``); None: numpy (``off``, ``numba``: the code as it ran before the extension)."""
     return extension() if mode() in ("auto", "on") else None
 

@@ -16,29 +16,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An int64 C-contiguous buffer of rows of `width` (writable if asked); 0 on success, -1 with an exception set. */
+/* A C-contiguous buffer of rows of `width` items of `kind` ('q': int64, 'd': float64), writable if asked; 0 on
+ * success, -1 with an exception set. */
 static int
-int64_rows(PyObject *obj, Py_buffer *view, Py_ssize_t width, const char *name, int writable)
+typed_rows(PyObject *obj, Py_buffer *view, char kind, Py_ssize_t width, const char *name, int writable)
 {
+    const char *what = kind == 'd' ? "float64" : "int64";
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) {
         if (PyErr_ExceptionMatches(PyExc_MemoryError))
             return -1;
         PyErr_Clear();  /* not a buffer, not C-contiguous or read-only: one message for all */
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s int64 array of rows of %zd", name,
-                     writable ? " writable" : "", width);
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s %s array of rows of %zd", name,
+                     writable ? " writable" : "", what, width);
         return -1;
     }
     const char *f = view->format ? view->format : "B";
     if (*f == '<' || *f == '=' || *f == '@')
         f++;
-    if (view->itemsize != 8 || (strcmp(f, "l") != 0 && strcmp(f, "q") != 0) || view->len % (8 * width) != 0) {
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s int64 array of rows of %zd", name,
-                     writable ? " writable" : "", width);
+    int ok = view->itemsize == 8 && view->len % (8 * width) == 0
+             && (kind == 'd' ? strcmp(f, "d") == 0 : (strcmp(f, "l") == 0 || strcmp(f, "q") == 0));
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s %s array of rows of %zd", name,
+                     writable ? " writable" : "", what, width);
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
+}
+
+static int
+int64_rows(PyObject *obj, Py_buffer *view, Py_ssize_t width, const char *name, int writable)
+{
+    return typed_rows(obj, view, 'q', width, name, writable);
 }
 
 /* A list of floats (or ints) as a malloc'd array of doubles; NULL with an exception set. */
@@ -420,6 +430,156 @@ done:
     return result;
 }
 
+
+/* compile_core(ops, offsets, m, vpp, rank_of_stage, vs, kinds, rank, own, d1, b1, d2, gci, mem_alive, mem_b,
+ * mem_w, f_rank, op_counts, peak) -> int: oracle.pipeline.fast_compile.compile_arrays's per-op tables computed op
+ * by op (its numpy passes, the same values). `ops` (n, 3) int64 rows (kind code, mb, chunk) rank after rank as
+ * `offsets` (pp + 1) say; `rank_of_stage` (pp * vpp) and `vs` (rank * vpp + chunk -> virtual stage) the
+ * layout's maps; `kinds` (4, 4) int64: per kind code its dependency class, memory count row, count step and
+ * live-chunk step (fast_compile's tables, passed in: one source). Writes, per op, its rank, key, first
+ * dependency and the boundary it crosses, second dependency and cost index; per forward op (pp * vpp * m of
+ * them, in slot order) the per-chunk counts alive / released by B / released by W on its rank after it, and its
+ * rank; the op count per (rank, kind, chunk); per rank the most chunks alive after a forward. Returns -1 (nothing
+ * to use: the caller takes the reference path, which names the problem) when a kind, micro-batch or chunk is out
+ * of range or a (rank, chunk, micro-batch) cell does not hold exactly one F and either one BW or one B and one W;
+ * else 1 if any op is a split B, 0 if not. */
+static PyObject *
+compile_core(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 19) {
+        PyErr_SetString(PyExc_TypeError, "compile_core takes 19 arguments (see its source)");
+        return NULL;
+    }
+    Py_ssize_t m = PyLong_AsSsize_t(args[2]), vpp = PyLong_AsSsize_t(args[3]);
+    if ((m == -1 || vpp == -1) && PyErr_Occurred())
+        return NULL;
+    if (m < 1 || vpp < 1) {
+        PyErr_SetString(PyExc_ValueError, "compile_core: m and vpp must be >= 1");
+        return NULL;
+    }
+    enum { OPS, OFF, ROS, VS, KINDS, RANK, OWN, D1, B1, D2, GCI, MA, MB, MW, FR, OC, PEAK, N_BUF };
+    static const int arg_of[N_BUF] = {0, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+    static const char *names[N_BUF] = {
+        "compile_core: ops", "compile_core: offsets", "compile_core: rank_of_stage", "compile_core: vs",
+        "compile_core: kinds", "compile_core: rank", "compile_core: own", "compile_core: d1", "compile_core: b1",
+        "compile_core: d2", "compile_core: gci", "compile_core: mem_alive", "compile_core: mem_b",
+        "compile_core: mem_w", "compile_core: f_rank", "compile_core: op_counts", "compile_core: peak"};
+    Py_buffer v[N_BUF];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *count = NULL, *cnt = NULL;
+    for (; got < N_BUF; got++) {
+        int width = got == OPS ? 3 : got == KINDS ? 16 : 1;
+        char kind = (got == MA || got == MB || got == MW) ? 'd' : 'q';
+        if (typed_rows(args[arg_of[got]], &v[got], kind, width, names[got], got >= RANK) < 0)
+            goto done;
+    }
+    Py_ssize_t n = v[OPS].len / (8 * 3), pp = v[OFF].len / 8 - 1, n_stages, n_cells;
+    if (pp < 1) {
+        PyErr_SetString(PyExc_ValueError, "compile_core: offsets needs pp + 1 >= 2 entries");
+        goto done;
+    }
+    n_stages = pp * vpp;
+    n_cells = n_stages * m;
+    if (v[ROS].len != 8 * n_stages || v[VS].len != 8 * n_stages || v[KINDS].len != 8 * 16
+        || v[RANK].len != 8 * n || v[OWN].len != 8 * n || v[D1].len != 8 * n || v[B1].len != 8 * n
+        || v[D2].len != 8 * n || v[GCI].len != 8 * n || v[MA].len != 8 * n_cells * vpp
+        || v[MB].len != 8 * n_cells * vpp || v[MW].len != 8 * n_cells * vpp || v[FR].len != 8 * n_cells
+        || v[OC].len != 8 * pp * 4 * vpp || v[PEAK].len != 8 * pp) {
+        PyErr_SetString(PyExc_ValueError, "compile_core: an output or map has the wrong size (see the source)");
+        goto done;
+    }
+    const int64_t *ops = (const int64_t *)v[OPS].buf, *off = (const int64_t *)v[OFF].buf;
+    const int64_t *ros = (const int64_t *)v[ROS].buf, *vs = (const int64_t *)v[VS].buf;
+    const int64_t *kt = (const int64_t *)v[KINDS].buf;  /* rows: dep class, count row, count step, live step */
+    int64_t *rank = (int64_t *)v[RANK].buf, *own = (int64_t *)v[OWN].buf, *d1 = (int64_t *)v[D1].buf;
+    int64_t *b1 = (int64_t *)v[B1].buf, *d2 = (int64_t *)v[D2].buf, *gci = (int64_t *)v[GCI].buf;
+    double *ma = (double *)v[MA].buf, *mb_ = (double *)v[MB].buf, *mw = (double *)v[MW].buf;
+    int64_t *f_rank = (int64_t *)v[FR].buf, *oc = (int64_t *)v[OC].buf, *peak = (int64_t *)v[PEAK].buf;
+    if (check_offsets(off, pp, n, "compile_core") < 0)
+        goto done;
+    for (Py_ssize_t s_ = 0; s_ < n_stages; s_++)
+        if (ros[s_] < 0 || ros[s_] >= pp || vs[s_] < 0 || vs[s_] >= n_stages) {
+            PyErr_SetString(PyExc_ValueError, "compile_core: a stage map entry is out of range");
+            goto done;
+        }
+    for (int k = 0; k < 4; k++)
+        if (kt[k] < 0 || kt[k] > 2 || kt[4 + k] < 0 || kt[4 + k] > 2) {
+            PyErr_SetString(PyExc_ValueError, "compile_core: kinds' dependency class and count row must be 0-2");
+            goto done;
+        }
+    /* the ops' ranges, then one F and (one BW, or one B and one W) per cell */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t k = ops[3 * i], mbi = ops[3 * i + 1], c = ops[3 * i + 2];
+        if (k < 0 || k > 3 || mbi < 0 || mbi >= m || c < 0 || c >= vpp) {
+            result = PyLong_FromLong(-1);
+            goto done;
+        }
+    }
+    cnt = (int64_t *)calloc((size_t)(4 * n_cells), sizeof(int64_t));
+    count = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * vpp));
+    if (!cnt || !count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int any_b = 0;
+    for (Py_ssize_t r = 0; r < pp; r++)
+        for (int64_t i = off[r]; i < off[r + 1]; i++) {
+            int64_t k = ops[3 * i];
+            cnt[k * n_cells + (r * vpp + ops[3 * i + 2]) * m + ops[3 * i + 1]]++;
+            any_b |= k == 1;
+        }
+    for (Py_ssize_t c = 0; c < n_cells; c++) {
+        int64_t f = cnt[c], b = cnt[n_cells + c], w = cnt[2 * n_cells + c], bw = cnt[3 * n_cells + c];
+        if (f != 1 || !((bw == 1 && b == 0 && w == 0) || (bw == 0 && b == 1 && w == 1))) {
+            result = PyLong_FromLong(-1);
+            goto done;
+        }
+    }
+    memset(oc, 0, sizeof(int64_t) * (size_t)(pp * 4 * vpp));
+    Py_ssize_t j = 0;  /* the forward ops' rows, in slot order */
+    for (Py_ssize_t r = 0; r < pp; r++) {
+        int64_t live = 0, top = 0;  /* after a forward at least that one chunk is alive: top >= 1 */
+        memset(count, 0, sizeof(int64_t) * (size_t)(3 * vpp));
+        for (int64_t i = off[r]; i < off[r + 1]; i++) {
+            int64_t k = ops[3 * i], mbi = ops[3 * i + 1], c = ops[3 * i + 2];
+            int64_t vst = vs[r * vpp + c];
+            int64_t f_key = mbi * n_stages + vst, b_key = f_key + m * n_stages;
+            int is_f = k == 0, is_w = k == 2;
+            int b_mid = !(is_f || is_w) && vst < n_stages - 1;
+            rank[i] = r;
+            own[i] = (kt[k] * m + mbi) * n_stages + vst;
+            d1[i] = is_f ? (vst > 0 ? f_key - 1 : -1) : ((is_w || b_mid) ? b_key + b_mid : f_key);
+            int cross_f = is_f && vst > 0 && ros[vst - 1] != r;
+            int cross_b = b_mid && ros[vst + 1] != r;
+            b1[i] = cross_f ? vst - 1 : (cross_b ? vst : -1);
+            d2[i] = b_mid ? f_key : -1;
+            gci[i] = r * (4 * vpp) + k * vpp + c;
+            oc[gci[i]]++;
+            count[kt[4 + k] * vpp + c] += kt[8 + k];
+            live += kt[12 + k];
+            if (is_f) {
+                for (Py_ssize_t q = 0; q < vpp; q++) {
+                    ma[j * vpp + q] = (double)count[q];
+                    mb_[j * vpp + q] = (double)count[vpp + q];
+                    mw[j * vpp + q] = (double)count[2 * vpp + q];
+                }
+                f_rank[j++] = r;
+                if (live > top)
+                    top = live;
+            }
+        }
+        peak[r] = top;
+    }
+    result = PyLong_FromLong(any_b);
+done:
+    free(cnt);
+    free(count);
+    for (int q = 0; q < got; q++)
+        PyBuffer_Release(&v[q]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"chain_span", (PyCFunction)(void (*)(void))chain_span, METH_FASTCALL,
      "chain_span(chain, tails, cost, lat, n_keys) -> float: the folded chain's makespan (see the module)."},
@@ -428,6 +588,9 @@ static PyMethodDef methods[] = {
     {"fold_chain", (PyCFunction)(void (*)(void))fold_chain, METH_FASTCALL,
      "fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails) -> int: the folded chain (see the "
      "source)."},
+    {"compile_core", (PyCFunction)(void (*)(void))compile_core, METH_FASTCALL,
+     "compile_core(ops, offsets, m, vpp, rank_of_stage, vs, kinds, ...outputs) -> int: a plan's per-op tables "
+     "(see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -440,7 +603,7 @@ PyInit__native(void)
 {
     PyObject *m = PyModule_Create(&module);
     /* the interface version oracle/pipeline/_jit.py expects (NATIVE_VERSION): a stale build is not used */
-    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 3) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -84,6 +84,9 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
     offsets = np.zeros(pp + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     ops = np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1, 3) for a in arrays])
+    ext = _jit.kernels()
+    if ext is not None:
+        return _compile_native(ext, ops, offsets, pp, vpp, layout, m)
     kind, mb, chunk = ops[:, 0].copy(), ops[:, 1].copy(), ops[:, 2].copy()
     if (kind.min() < 0 or kind.max() > 3 or mb.min() < 0 or mb.max() >= m or chunk.min() < 0
             or chunk.max() >= vpp):
@@ -99,10 +102,7 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
         return None
 
     n_stages = pp * vpp
-    smap = stage_map(layout, pp, vpp)
-    rank_of_stage = np.array([r for r, _ in smap], dtype=np.int64)
-    vs = np.array([[virtual_stage(layout, pp, vpp, r, c) for c in range(vpp)] for r in range(pp)],
-                  dtype=np.int64)
+    rank_of_stage, vs = _stage_maps(layout, pp, vpp)
     v = vs[rank, chunk]
     own = (_DEP_CLASS[kind] * m + mb) * n_stages + v
     # each op's dependencies from whole-array candidates chosen by kind (no masked gathers: ~4x quicker)
@@ -137,28 +137,77 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
     np.cumsum(delta, axis=1, dtype=np.int32, out=delta)
     f_rows = np.flatnonzero(is_f)
     sampled = (delta[:, f_rows + 1] - delta[:, offsets[rank[f_rows]]]).astype(np.float64)
-    mem_alive = np.ascontiguousarray(sampled[:vpp].T)
-    mem_b = np.ascontiguousarray(sampled[vpp:2 * vpp].T)
-    mem_w = np.ascontiguousarray(sampled[2 * vpp:3 * vpp].T)
     live = sampled[3 * vpp]
     n_f = np.bincount(rank[f_rows], minlength=pp)
     segments = np.zeros(pp, dtype=np.intp)
     np.cumsum(n_f[:-1], out=segments[1:])
-    peak_in_flight = tuple(int(x) for x in np.maximum.reduceat(live, segments).tolist())
-    op_counts = np.bincount(gci, minlength=pp * 4 * vpp).reshape(pp, 4 * vpp)
+    return _plan_fields(
+        ops, offsets, vpp, m, (rank, own, d1, b1, d2, gci), perm,
+        mem=(np.ascontiguousarray(sampled[:vpp].T), np.ascontiguousarray(sampled[vpp:2 * vpp].T),
+             np.ascontiguousarray(sampled[2 * vpp:3 * vpp].T), rank[f_rows].astype(np.intp), segments),
+        peak_in_flight=tuple(int(x) for x in np.maximum.reduceat(live, segments).tolist()),
+        op_counts=np.bincount(gci, minlength=pp * 4 * vpp), splits_bw=bool(cnt[1].any()))
+
+
+_KINDS = np.stack([_DEP_CLASS, _COUNT_ROW, _COUNT_STEP.astype(np.int64), _LIVE_STEP.astype(np.int64)])
+"""The per-kind tables above as one ``(4, 4)`` int64 array (rows: dependency class, count row, count step, live
+step), what the C extension's ``compile_core`` reads: the constants live here only."""
+
+
+def _stage_maps(layout: Layout, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the rank of each virtual stage, ``(pp, vpp)``: the virtual stage of each rank's chunk) as int64 arrays."""
+    rank_of_stage = np.array([r for r, _ in stage_map(layout, pp, vpp)], dtype=np.int64)
+    vs = np.array([[virtual_stage(layout, pp, vpp, r, c) for c in range(vpp)] for r in range(pp)], dtype=np.int64)
+    return rank_of_stage, vs
+
+
+def _compile_native(ext, ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layout: Layout, m: int
+                    ) -> dict | None:
+    """:func:`compile_arrays` with the C extension's ``compile_core`` (the per-op tables and memory samples, the
+    same values as the numpy passes), ``tick_order`` and ``fold_chain``."""
+    n, n_stages = len(ops), pp * vpp
+    n_cells = n_stages * m
+    rank_of_stage, vs = _stage_maps(layout, pp, vpp)
+    cols = tuple(np.empty(n, dtype=np.int64) for _ in range(6))  # rank, own, d1, b1, d2, gci
+    mem_alive, mem_b, mem_w = (np.empty((n_cells, vpp)) for _ in range(3))
+    f_rank = np.empty(n_cells, dtype=np.int64)
+    op_counts = np.empty(pp * 4 * vpp, dtype=np.int64)
+    peak = np.empty(pp, dtype=np.int64)
+    split = ext.compile_core(ops, offsets, m, vpp, rank_of_stage, vs.reshape(-1), _KINDS, *cols, mem_alive, mem_b,
+                             mem_w, f_rank, op_counts, peak)
+    if split < 0:
+        return None
+    _, own, d1, _, d2, _ = cols
+    perm = _tick_order(own, d1, d2, offsets, n, 3 * m * n_stages)
+    if perm is None:
+        return None
+    segments = np.arange(pp, dtype=np.intp) * (vpp * m)  # every rank holds vpp * m forwards (checked)
+    return _plan_fields(ops, offsets, vpp, m, cols, perm,
+                        mem=(mem_alive, mem_b, mem_w, f_rank.astype(np.intp), segments),
+                        peak_in_flight=tuple(peak.tolist()), op_counts=op_counts, splits_bw=bool(split))
+
+
+def _plan_fields(ops: np.ndarray, offsets: np.ndarray, vpp: int, m: int, cols: tuple[np.ndarray, ...],
+                 perm: np.ndarray, *, mem: tuple[np.ndarray, ...], peak_in_flight: tuple[int, ...],
+                 op_counts: np.ndarray, splits_bw: bool) -> dict:
+    """The CompiledOrder fields from the per-op columns (rank, key, d1, b1, d2, cost index), the evaluation order
+    and the memory tables (alive, B, W, their rows' ranks, the ranks' first rows)."""
+    rank, own, d1, b1, d2, gci = cols
+    pp = len(offsets) - 1
     with _collector_paused():
-        chain, tails = fold_columns(rank, own, d1, b1, gci, perm, offsets, 3 * m * n_stages)
+        chain, tails = fold_columns(rank, own, d1, b1, gci, perm, offsets, 3 * m * pp * vpp)
     # the per-rank Op tuples only build_order, a timeline and a Gantt chart read: built on first use too
     order = LazyOrder(ops, offsets, vpp)
     # the per-op steps only a timeline (and a Gantt chart) reads: built on first use
-    steps = LazySteps((rank, own, d1, b1, d2, gci), perm)
+    steps = LazySteps(cols, perm)
+    mem_alive, mem_b, mem_w, mem_row_rank, segments = mem
     return dict(chain=chain, tails=tails,
         chain_arrays=(chain.array, np.asarray(tails, dtype=np.int64).reshape(-1, 2)),
         order=order, steps=steps, step_slots=perm.astype(np.intp),
-        rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * n_stages,
-        op_counts=tuple(tuple(row) for row in op_counts.tolist()),
-        mem_row_rank=rank[f_rows].astype(np.intp), mem_alive=mem_alive, mem_b=mem_b, mem_w=mem_w,
-        mem_segments=segments, peak_in_flight=peak_in_flight, splits_bw=bool(cnt[1].any()))
+        rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * pp * vpp,
+        op_counts=tuple(tuple(row) for row in op_counts.reshape(pp, 4 * vpp).tolist()),
+        mem_row_rank=mem_row_rank, mem_alive=mem_alive, mem_b=mem_b, mem_w=mem_w,
+        mem_segments=segments, peak_in_flight=peak_in_flight, splits_bw=splits_bw)
 
 
 @contextmanager

@@ -182,9 +182,10 @@ def _compiled_fields(arrays: list[np.ndarray], pp: int, vpp: int, layout: str, m
 @SETTINGS
 @given(st.data())
 def test_the_c_compile_kernels_give_numpys_plan_exactly(data):
-    """``_native.tick_order`` and ``fold_chain`` (``RAYTUNE_PRIMUS_JIT`` auto) against the numpy relaxation and
-    fold (``off``): the same evaluation order, chain, tails and tables, byte for byte, or both refuse the order
-    (a deadlock, a malformed order), on shuffled orders of every fixed schedule and on the big shapes."""
+    """``_native.compile_core``, ``tick_order`` and ``fold_chain`` (``RAYTUNE_PRIMUS_JIT`` auto) against the numpy
+    passes, relaxation and fold (``off``): the same per-op tables, memory samples, evaluation order, chain and
+    tails, byte for byte, or both refuse the order (a deadlock, a malformed order), on shuffled orders of every
+    fixed schedule and on the big shapes."""
     use("native")
     name = data.draw(st.sampled_from(FIXED))
     pp, vpp, m = _sizes(data.draw, name, pp_max=8)
@@ -240,3 +241,17 @@ def test_the_c_compile_kernels_refuse_bad_input():
         ext.fold_chain(np.array([0, 3], dtype=np.int64), own, no_dep, no_dep, one, perm, offsets, 2, chain, tails)
     with pytest.raises(ValueError, match="tails pp rows of 2"):
         ext.fold_chain(one, own, no_dep, no_dep, one, perm, offsets, 2, chain, np.empty((2, 2), dtype=np.int64))
+    # compile_core: one rank, one micro-batch, F then BW; a second F in the cell is refused (-1: the reference path)
+    ops = np.array([[0, 0, 0], [3, 0, 0]], dtype=np.int64)
+    outs = [np.empty(2, dtype=np.int64) for _ in range(6)] + [np.empty((1, 1)) for _ in range(3)] + [
+        np.empty(1, dtype=np.int64), np.empty(4, dtype=np.int64), np.empty(1, dtype=np.int64)]
+    maps = (np.array([0], dtype=np.int64), np.array([0], dtype=np.int64))
+    kinds = np.stack([np.array([0, 1, 2, 1]), np.array([0, 1, 2, 0]), np.array([1, 1, 1, -1]), np.array([1, 0, -1, -1])])
+    assert ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs) == 0
+    assert outs[1].tolist() == [0, 1] and outs[2].tolist() == [-1, 0]  # keys F(0), B(0); BW waits on its F
+    assert outs[6].tolist() == [[1.0]] and outs[-2].tolist() == [1, 0, 0, 1] and outs[-1].tolist() == [1]
+    assert ext.compile_core(np.array([[0, 0, 0], [0, 0, 0]], dtype=np.int64), offsets, 1, 1, *maps, kinds, *outs) == -1
+    with pytest.raises(ValueError, match="an output or map has the wrong size"):
+        ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs[:-1], np.empty(2, dtype=np.int64))
+    with pytest.raises(TypeError, match="compile_core: mem_alive must be a C-contiguous writable float64 array"):
+        ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs[:6], np.empty(1, dtype=np.int64), *outs[7:])
