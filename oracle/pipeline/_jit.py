@@ -26,8 +26,10 @@ replay at its start with :func:`load_now` (the Ray scorer actors do, unless ``of
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -39,8 +41,6 @@ JIT_AFTER_STEPS = 5_000_000
 """Python chain steps (0.17-0.28 us each: ~0.9-1.4 s) a process replays before it loads numba (0.4-1.6 s to
 load) where the C extension is not built."""
 MODES = ("auto", "on", "numba", "off")
-NATIVE_VERSION = 4
-"""The ``_native.c`` interface this module calls (its ``VERSION``): a build from an older source is not used."""
 
 ChainSpan = Callable[[np.ndarray, np.ndarray, Sequence[float], Sequence[float], int], float]
 """``fn(chain, tails, cost, lat, n_keys) -> makespan``: the chain's ``(steps, 6)`` and the tails' ``(n, 2)`` int64
@@ -59,16 +59,25 @@ def mode() -> str:
 
 
 def extension() -> ModuleType | None:
-    """The C extension ``oracle.pipeline._native``, or None where it was not built (or was built from another
-    version of ``_native.c``: reinstall to rebuild it). Probed once per process."""
+    """The C extension ``oracle.pipeline._native``, or None where it was not built, or was built from another
+    ``_native.c`` than the one beside this module (its ``SOURCE_SHA256``, recorded by setup.py: reinstall to
+    rebuild it). Probed once per process."""
     if "ext" not in _NATIVE:
         try:
             from oracle.pipeline import _native  # type: ignore[attr-defined]
         except ImportError:
             _NATIVE["ext"] = None
         else:
-            _NATIVE["ext"] = _native if getattr(_native, "VERSION", None) == NATIVE_VERSION else None
+            _NATIVE["ext"] = _native if getattr(_native, "SOURCE_SHA256", None) == source_sha256() else None
     return _NATIVE["ext"]
+
+
+def source_sha256() -> str | None:
+    """SHA-256 of the ``_native.c`` beside this module (None where it is missing)."""
+    try:
+        return hashlib.sha256(Path(__file__).with_name("_native.c").read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def native() -> ChainSpan | None:

@@ -598,12 +598,17 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native", "The pipeline replay's inner loop in C (see _native.c).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
+#ifndef NATIVE_SOURCE_SHA256
+#define NATIVE_SOURCE_SHA256 "" /* built by hand, not by setup.py: oracle/pipeline/_jit.py will not use it */
+#endif
+
 PyMODINIT_FUNC
 PyInit__native(void)
 {
     PyObject *m = PyModule_Create(&module);
-    /* the interface version oracle/pipeline/_jit.py expects (NATIVE_VERSION): a stale build is not used */
-    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 4) < 0) {
+    /* the SHA-256 of the source this was built from (setup.py): oracle/pipeline/_jit.py uses the module only while
+     * it is the _native.c beside it, so a build from another version is never run */
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", NATIVE_SOURCE_SHA256) < 0) {
         Py_DECREF(m);
         return NULL;
     }

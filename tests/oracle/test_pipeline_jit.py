@@ -150,8 +150,11 @@ def test_without_numba_or_the_extension_the_python_replay_stays(monkeypatch, no_
             assert _jit._state["tried"] and _jit._state["fn"] is None and _jit.backend() == "python"
 
 
-def test_a_build_of_another_version_is_not_used(monkeypatch):
-    stale = types.SimpleNamespace(VERSION=0, chain_span=None)
+def test_a_build_of_another_source_is_not_used(monkeypatch):
+    """setup.py records the SHA-256 of the _native.c it compiled; a build from another source is never run."""
+    if _jit.native() is not None:
+        assert _jit.extension().SOURCE_SHA256 == _jit.source_sha256()
+    stale = types.SimpleNamespace(SOURCE_SHA256="0" * 64, chain_span=None)
     monkeypatch.setitem(sys.modules, "oracle.pipeline._native", stale)
     monkeypatch.setattr(oracle.pipeline, "_native", stale, raising=False)
     monkeypatch.setattr(_jit, "_NATIVE", {})  # not probed yet in this process (restored after the test)
