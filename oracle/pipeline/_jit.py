@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,9 +42,16 @@ JIT_AFTER_STEPS = 5_000_000
 load) where the C extension is not built."""
 MODES = ("auto", "on", "numba", "off")
 
-ChainSpan = Callable[[np.ndarray, np.ndarray, Sequence[float], Sequence[float], int], float]
-"""``fn(chain, tails, cost, lat, n_keys) -> makespan``: the chain's ``(steps, 6)`` and the tails' ``(n, 2)`` int64
-arrays, the flat cost table and the boundary latencies (lists of floats) and the number of keys."""
+class Replay(NamedTuple):
+    """A compiled replay: ``prepare(chain, tails, n_keys)`` once per plan (the chain's ``(steps, 6)`` and the
+    tails' ``(n, 2)`` int64 arrays and the number of keys) gives a handle, or None where this replay does not
+    take the chain (the Python loop then replays it); ``span(handle, cost, lat)`` is the makespan for the flat
+    cost table and the boundary latencies (lists of floats)."""
+
+    prepare: Callable[[np.ndarray, np.ndarray, int], Any]
+    span: Callable[[Any, Sequence[float], Sequence[float]], float]
+
+
 
 _state: dict[str, Any] = {"steps": 0, "fn": None, "tried": False, "backend": "python"}
 _NATIVE: dict[str, ModuleType | None] = {}  # the extension once probed (None: not built here)
@@ -80,10 +87,11 @@ def source_sha256() -> str | None:
         return None
 
 
-def native() -> ChainSpan | None:
-    """The C extension's ``chain_span``, or None where the extension is not available (:func:`extension`)."""
+def native() -> Replay | None:
+    """The C extension's replay (``chain_prepare``, ``prepared_span``), or None where the extension is not
+    available (:func:`extension`)."""
     ext = extension()
-    return None if ext is None else ext.chain_span
+    return None if ext is None else Replay(ext.chain_prepare, ext.prepared_span)
 
 
 def kernels() -> ModuleType | None:
@@ -92,7 +100,7 @@ def kernels() -> ModuleType | None:
     return extension() if mode() in ("auto", "on") else None
 
 
-def _load_numba() -> ChainSpan | None:
+def _load_numba() -> Replay | None:
     """The chain replay compiled by numba, or None where numba is missing or fails (the Python loop then stays)."""
     try:
         import numba
@@ -124,18 +132,19 @@ def _load_numba() -> ChainSpan | None:
     except Exception:  # noqa: BLE001
         return None
 
-    def span(chain: np.ndarray, tails: np.ndarray, cost: Sequence[float], lat: Sequence[float], n_keys: int) -> float:
+    def span(handle: tuple[np.ndarray, np.ndarray, int], cost: Sequence[float], lat: Sequence[float]) -> float:
+        chain, tails, n_keys = handle
         return chain_span(chain, tails, np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64),
                           n_keys)
-    return span
+    return Replay(lambda chain, tails, n_keys: (chain, tails, n_keys), span)
 
 
-def _use(fn: ChainSpan | None, backend: str) -> ChainSpan | None:
+def _use(fn: Replay | None, backend: str) -> Replay | None:
     _state.update(tried=True, fn=fn, backend=backend if fn is not None else "python")
     return fn
 
 
-def _select(m: str, *, now: bool) -> ChainSpan | None:
+def _select(m: str, *, now: bool) -> Replay | None:
     """The C extension unless ``numba`` is asked for, else numba if ``now`` (or not ``auto``); None (the Python
     loop, for now) otherwise."""
     if m != "numba" and native() is not None:
@@ -145,8 +154,8 @@ def _select(m: str, *, now: bool) -> ChainSpan | None:
     return _use(_load_numba(), "numba")
 
 
-def compiled(steps: int) -> ChainSpan | None:
-    """The compiled replay (:data:`ChainSpan`) if this process uses it for a replay of ``steps`` chain steps;
+def compiled(steps: int) -> Replay | None:
+    """The compiled replay (:class:`Replay`) if this process uses it for a replay of ``steps`` chain steps;
     else None, and the steps are counted towards the switch to numba."""
     fn = _state["fn"]
     if fn is not None:

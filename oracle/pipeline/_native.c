@@ -1,14 +1,17 @@
-/* The pipeline replay's inner loop as a C extension (oracle.pipeline._native), built at install where a C
- * compiler is present (setup.py: an optional extension; without one the package installs and replays with
- * numba or in Python: speed only).
+/* The pipeline replay's inner loop and a new plan's compile as a C extension (oracle.pipeline._native), built at
+ * install where a C compiler is present (setup.py: an optional extension; without one the package installs and
+ * runs in numba, numpy and Python: speed only). oracle/pipeline/_jit.py says when each function runs.
  *
- * chain_span(chain, tails, cost, lat, n_keys) -> float is oracle.pipeline.simulator._replay_chain followed by
- * _makespan: for each step (key, prev, fold, dep, boundary, cost index) of the folded chain,
+ * chain_prepare(chain, tails, n_keys) -> prepared | None and prepared_span(prepared, cost, lat) -> float are
+ * oracle.pipeline.simulator._replay_chain followed by _makespan: for each step (key, prev, fold, dep, boundary,
+ * cost index) of the folded chain,
  *     fin[key] = max(fin[prev] + cost[fold], fin[dep] + lat[boundary]) + cost[ci]
  * then the latest fin[key] + cost[fold] over the tails. The same IEEE double additions and comparisons in the
  * same order (no multiplication, so nothing a compiler may contract into an FMA): bit-identical to the Python
- * loop (tests/oracle/test_pipeline_jit.py). Index -1 means the last element, as in Python (fin's sentinel key,
- * cost's and lat's trailing 0.0); any index out of range raises IndexError instead of reading past an array.
+ * loop (tests/oracle/test_pipeline_jit.py). A plan's chain is checked and copied once (chain_prepare: keys in
+ * [0, n_keys), every other index in [-1, ...), -1 meaning the last element as in Python: fin's sentinel key,
+ * cost's and lat's trailing 0.0); the copy lives in a capsule Python cannot change, so each replay runs without
+ * a check per index, and only verifies that the cost and latency lists are long enough for the indices seen.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,28 +54,33 @@ int64_rows(PyObject *obj, Py_buffer *view, Py_ssize_t width, const char *name, i
     return typed_rows(obj, view, 'q', width, name, writable);
 }
 
-/* A list of floats (or ints) as a malloc'd array of doubles; NULL with an exception set. */
+/* A list of floats (or ints) as a malloc'd array of doubles, one slot longer in front: out[0] is the last value
+ * (what Python's index -1 reads; 0.0 for an empty list) and out[1 + i] value i. NULL with an exception set. */
 static double *
 doubles(PyObject *obj, Py_ssize_t *n, const char *name)
 {
     if (!PyList_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "chain_span: %s must be a list of floats", name);
+        PyErr_Format(PyExc_TypeError, "prepared_span: %s must be a list of floats", name);
         return NULL;
     }
     *n = PyList_GET_SIZE(obj);
-    double *out = (double *)malloc(sizeof(double) * (size_t)(*n > 0 ? *n : 1));
+    double *out = (double *)malloc(sizeof(double) * (size_t)(*n + 1));
     if (out == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
+    out[0] = 0.0;
     for (Py_ssize_t i = 0; i < *n; i++) {
         PyObject *x = PyList_GET_ITEM(obj, i);
-        out[i] = PyFloat_CheckExact(x) ? PyFloat_AS_DOUBLE(x) : PyFloat_AsDouble(x);
-        if (out[i] == -1.0 && PyErr_Occurred()) {
+        double d = PyFloat_CheckExact(x) ? PyFloat_AS_DOUBLE(x) : PyFloat_AsDouble(x);
+        if (d == -1.0 && PyErr_Occurred()) {
             free(out);
             return NULL;
         }
+        out[1 + i] = d;
     }
+    if (*n > 0)
+        out[0] = out[*n];
     return out;
 }
 
@@ -115,76 +123,138 @@ wrap(int64_t i, Py_ssize_t n)
     return (i >= 0 && i < n) ? (Py_ssize_t)i : -1;
 }
 
-static PyObject *
-chain_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+/* A chain checked and copied by chain_prepare: its steps' rows, then its tails' rows. */
+typedef struct {
+    Py_ssize_t n_steps, n_tails, n_keys;
+    int64_t need_cost, need_lat; /* the shortest cost and latency lists its indices allow */
+    int64_t data[];
+} Prepared;
+
+#define PREPARED "oracle.pipeline._native.prepared_chain"
+
+static void
+prepared_free(PyObject *capsule)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "chain_span(chain, tails, cost, lat, n_keys) takes 5 arguments");
+    free(PyCapsule_GetPointer(capsule, PREPARED));
+}
+
+/* The least length a list indexed by `i` needs (index -1: the last element, so one). */
+static inline int64_t
+need(int64_t i)
+{
+    return i >= 0 ? i + 1 : 1;
+}
+
+static PyObject *
+chain_prepare(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "chain_prepare(chain, tails, n_keys) takes 3 arguments");
         return NULL;
     }
     Py_ssize_t n_keys;
-    if (key_count(args[4], "chain_span", &n_keys) < 0)
+    if (key_count(args[2], "chain_prepare", &n_keys) < 0)
         return NULL;
     Py_buffer ch, tl;
-    if (int64_rows(args[0], &ch, 6, "chain_span: chain", 0) < 0)
+    if (int64_rows(args[0], &ch, 6, "chain_prepare: chain", 0) < 0)
         return NULL;
-    if (int64_rows(args[1], &tl, 2, "chain_span: tails", 0) < 0) {
+    if (int64_rows(args[1], &tl, 2, "chain_prepare: tails", 0) < 0) {
         PyBuffer_Release(&ch);
         return NULL;
     }
     PyObject *result = NULL;
-    Py_ssize_t n_cost = 0, n_lat = 0, n_fin = n_keys + 1;
-    double *cost = NULL, *lat = NULL, *fin = NULL;
-    if ((cost = doubles(args[2], &n_cost, "cost")) == NULL || (lat = doubles(args[3], &n_lat, "lat")) == NULL)
+    Py_ssize_t n_steps = ch.len / (8 * 6), n_tails = tl.len / (8 * 2);
+    const int64_t *c = (const int64_t *)ch.buf, *t = (const int64_t *)tl.buf;
+    int64_t need_cost = 0, need_lat = 0;
+    int plain = n_tails > 0;  /* an order with no tails has no makespan: the Python loop says so */
+    for (Py_ssize_t i = 0; i < n_steps && plain; i++, c += 6) {
+        plain = c[0] >= 0 && c[0] < n_keys && c[1] >= -1 && c[1] < n_keys && c[3] >= -1 && c[3] < n_keys
+                && c[2] >= -1 && c[5] >= -1 && c[4] >= -1;
+        int64_t nc = need(c[2]) > need(c[5]) ? need(c[2]) : need(c[5]);
+        need_cost = nc > need_cost ? nc : need_cost;
+        need_lat = need(c[4]) > need_lat ? need(c[4]) : need_lat;
+    }
+    for (Py_ssize_t j = 0; j < n_tails && plain; j++, t += 2) {
+        plain = t[0] >= -1 && t[0] < n_keys && t[1] >= -1;
+        need_cost = need(t[1]) > need_cost ? need(t[1]) : need_cost;
+    }
+    if (!plain) {  /* any other index (Python's wrap rule): the Python loop replays this chain */
+        result = Py_NewRef(Py_None);
         goto done;
-    if ((fin = (double *)calloc((size_t)n_fin, sizeof(double))) == NULL) {
+    }
+    size_t words = (size_t)(6 * n_steps + 2 * n_tails);
+    Prepared *p = (Prepared *)malloc(sizeof(Prepared) + sizeof(int64_t) * (words ? words : 1));
+    if (p == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    const int64_t *c = (const int64_t *)ch.buf, *t = (const int64_t *)tl.buf;
-    Py_ssize_t n_steps = ch.len / (8 * 6), n_tails = tl.len / (8 * 2), bad = -1;
-    double span = 0.0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n_steps; i++, c += 6) {
-        Py_ssize_t key = wrap(c[0], n_fin), prev = wrap(c[1], n_fin), fold = wrap(c[2], n_cost);
-        Py_ssize_t dep = wrap(c[3], n_fin), b = wrap(c[4], n_lat), ci = wrap(c[5], n_cost);
-        if ((key | prev | fold | dep | b | ci) < 0) {
-            bad = i;
-            break;
-        }
-        double s = fin[prev] + cost[fold];
-        double f = fin[dep] + lat[b];
-        fin[key] = (f > s ? f : s) + cost[ci];
-    }
-    if (bad < 0) {
-        for (Py_ssize_t j = 0; j < n_tails; j++, t += 2) {
-            Py_ssize_t k = wrap(t[0], n_fin), fold = wrap(t[1], n_cost);
-            if ((k | fold) < 0) {
-                bad = n_steps + j;
-                break;
-            }
-            double v = fin[k] + cost[fold];
-            if (j == 0 || v > span)
-                span = v;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (bad >= 0)
-        PyErr_Format(PyExc_IndexError, "chain_span: %s %zd has an index out of range",
-                     bad < n_steps ? "step" : "tail", bad < n_steps ? bad : bad - n_steps);
-    else if (n_tails == 0)
-        PyErr_SetString(PyExc_ValueError, "chain_span: no tails (an empty order has no makespan)");
-    else
-        result = PyFloat_FromDouble(span);
+    p->n_steps = n_steps;
+    p->n_tails = n_tails;
+    p->n_keys = n_keys;
+    p->need_cost = need_cost;
+    p->need_lat = need_lat;
+    memcpy(p->data, ch.buf, sizeof(int64_t) * (size_t)(6 * n_steps));
+    memcpy(p->data + 6 * n_steps, tl.buf, sizeof(int64_t) * (size_t)(2 * n_tails));
+    result = PyCapsule_New(p, PREPARED, prepared_free);
+    if (result == NULL)
+        free(p);
 done:
-    free(cost);
-    free(lat);
-    free(fin);
     PyBuffer_Release(&ch);
     PyBuffer_Release(&tl);
     return result;
 }
 
+static PyObject *
+prepared_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "prepared_span(prepared, cost, lat) takes 3 arguments");
+        return NULL;
+    }
+    Prepared *p = (Prepared *)PyCapsule_GetPointer(args[0], PREPARED);
+    if (p == NULL) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "prepared_span: the first argument must come from chain_prepare");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n_cost = 0, n_lat = 0;
+    double *cost = NULL, *lat = NULL, *fin = NULL;
+    if ((cost = doubles(args[1], &n_cost, "cost")) == NULL || (lat = doubles(args[2], &n_lat, "lat")) == NULL)
+        goto done;
+    if (n_cost < p->need_cost || n_lat < p->need_lat) {
+        PyErr_Format(PyExc_IndexError, "prepared_span: the chain indexes %lld costs and %lld latencies, got %zd and %zd",
+                     (long long)p->need_cost, (long long)p->need_lat, n_cost, n_lat);
+        goto done;
+    }
+    /* fin[0] is key -1 (no dependency, finished at 0): never written, as every key is in [0, n_keys) */
+    if ((fin = (double *)calloc((size_t)p->n_keys + 1, sizeof(double))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *C = cost + 1, *L = lat + 1;  /* C[-1], L[-1]: the last value, as Python reads index -1 */
+    double *F = fin + 1, span = 0.0;
+    const int64_t *c = p->data, *t = p->data + 6 * p->n_steps;
+    Py_ssize_t n_steps = p->n_steps, n_tails = p->n_tails;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n_steps; i++, c += 6) {
+        double s = F[c[1]] + C[c[2]];
+        double f = F[c[3]] + L[c[4]];
+        F[c[0]] = (f > s ? f : s) + C[c[5]];
+    }
+    for (Py_ssize_t j = 0; j < n_tails; j++, t += 2) {
+        double v = F[t[0]] + C[t[1]];
+        if (j == 0 || v > span)
+            span = v;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyFloat_FromDouble(span);
+done:
+    free(cost);
+    free(lat);
+    free(fin);
+    return result;
+}
 
 /* tick_order(own, d1, d2, offsets, n_keys, perm) -> bool: oracle.pipeline.fast_compile._tick_order's result
  * written into `perm` (int64, one per op slot): the op slots sorted stably by their longest-path level with unit
@@ -581,8 +651,10 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"chain_span", (PyCFunction)(void (*)(void))chain_span, METH_FASTCALL,
-     "chain_span(chain, tails, cost, lat, n_keys) -> float: the folded chain's makespan (see the module)."},
+    {"chain_prepare", (PyCFunction)(void (*)(void))chain_prepare, METH_FASTCALL,
+     "chain_prepare(chain, tails, n_keys) -> prepared | None: a folded chain checked and copied (see the module)."},
+    {"prepared_span", (PyCFunction)(void (*)(void))prepared_span, METH_FASTCALL,
+     "prepared_span(prepared, cost, lat) -> float: the prepared chain's makespan (see the module)."},
     {"tick_order", (PyCFunction)(void (*)(void))tick_order, METH_FASTCALL,
      "tick_order(own, d1, d2, offsets, n_keys, perm) -> bool: the op slots by longest-path level (see the source)."},
     {"fold_chain", (PyCFunction)(void (*)(void))fold_chain, METH_FASTCALL,

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -90,6 +91,8 @@ class CompiledOrder:
     """Per rank (its last emitted key, a folded cost index after it): the rank's end."""
     chain_arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     """``chain`` and ``tails`` as int64 arrays, for the compiled replay (``_jit``); made when it first runs."""
+    prepared: "_Prepared | None" = field(default=None, repr=False)
+    """The chain as the compiled replay in use took it (``_jit.Replay.prepare``), made when it first runs."""
 
     def __post_init__(self) -> None:
         if self.chain is None or self.tails is None:
@@ -371,13 +374,37 @@ def _replay_chain(plan: CompiledOrder, cost: list[float], lat: list[float]) -> l
 
 
 def _chain_span(plan: CompiledOrder, cost: list[float], lat: list[float]) -> float:
-    """The makespan of the chain's replay (a rank without ops: 0): compiled once the process has replayed
-    enough to pay for loading it (``_jit``), else :func:`_replay_chain`; bit-identical either way."""
-    fn = _jit.compiled(len(plan.chain))
-    if fn is not None:
-        chain, tails = _chain_arrays(plan)
-        return fn(chain, tails, cost, lat, plan.n_keys)
+    """The makespan of the chain's replay (a rank without ops: 0): compiled where the process runs the C extension
+    or has replayed enough to pay for loading numba (``_jit``), else :func:`_replay_chain`; bit-identical."""
+    replay = _jit.compiled(len(plan.chain))
+    if replay is not None:
+        handle = _prepared(plan, replay)
+        if handle is not None:
+            return replay.span(handle, cost, lat)
     return _makespan(plan, _replay_chain(plan, cost, lat), cost)
+
+
+class _Prepared:
+    """A plan's chain prepared for one compiled replay, held by the plan (so it lives as long as the plan). Not
+    pickled: a copy arrives empty and prepares again on first use (the C extension's handle is a capsule)."""
+
+    __slots__ = ("replay", "handle")
+
+    def __init__(self, replay: Any = None, handle: Any = None) -> None:
+        self.replay, self.handle = replay, handle
+
+    def __reduce__(self) -> tuple:
+        return _Prepared, ()
+
+
+def _prepared(plan: CompiledOrder, replay: _jit.Replay) -> Any:
+    """``replay.prepare`` of the plan's chain, once per plan and replay (the C extension checks and copies it)."""
+    p = plan.prepared
+    if p is not None and p.replay is replay:
+        return p.handle
+    handle = replay.prepare(*_chain_arrays(plan), plan.n_keys)
+    object.__setattr__(plan, "prepared", _Prepared(replay, handle))
+    return handle
 
 
 def _makespan(plan: CompiledOrder, fin: list[float], cost: list[float]) -> float:

@@ -154,7 +154,7 @@ def test_a_build_of_another_source_is_not_used(monkeypatch):
     """setup.py records the SHA-256 of the _native.c it compiled; a build from another source is never run."""
     if _jit.native() is not None:
         assert _jit.extension().SOURCE_SHA256 == _jit.source_sha256()
-    stale = types.SimpleNamespace(SOURCE_SHA256="0" * 64, chain_span=None)
+    stale = types.SimpleNamespace(SOURCE_SHA256="0" * 64, chain_prepare=None, prepared_span=None)
     monkeypatch.setitem(sys.modules, "oracle.pipeline._native", stale)
     monkeypatch.setattr(oracle.pipeline, "_native", stale, raising=False)
     monkeypatch.setattr(_jit, "_NATIVE", {})  # not probed yet in this process (restored after the test)
@@ -163,33 +163,43 @@ def test_a_build_of_another_source_is_not_used(monkeypatch):
 
 def test_the_c_extension_refuses_bad_input_with_an_error():
     use("native")
-    span = _jit.native()
+    ext = _jit.extension()
     chain = np.array([[0, -1, -1, -1, -1, 0], [1, 0, -1, -1, -1, 1]], dtype=np.int64)
     tails = np.array([[1, -1]], dtype=np.int64)
     cost, lat = [1.5, 2.0, 0.0], [0.0]
-    assert span(chain, tails, cost, lat, 2) == 3.5  # -1: the sentinel key, the trailing 0.0 cost / latency
-    with pytest.raises(TypeError, match="chain must be a C-contiguous int64 array of rows of 6"):
-        span(chain.astype(np.int32), tails, cost, lat, 2)
-    with pytest.raises(TypeError, match="chain must be"):
-        span(np.asfortranarray(np.zeros((2, 6), dtype=np.int64)), tails, cost, lat, 2)
-    with pytest.raises(TypeError, match="tails must be a C-contiguous int64 array of rows of 2"):
-        span(chain, np.zeros(3, dtype=np.int64), cost, lat, 2)
+    prepared = ext.chain_prepare(chain, tails, 2)
+    assert ext.prepared_span(prepared, cost, lat) == 3.5  # -1: the sentinel key, the trailing 0.0 cost / latency
+    with jit("off"):  # the same chain in the Python loop (via a plan-less replay of the same recurrence)
+        fin = [0.0] * 3
+        for key, prev, fold, d, b, ci in chain.tolist():
+            fin[key] = max(fin[prev] + cost[fold], fin[d] + lat[b]) + cost[ci]
+        assert max(fin[k] + cost[f] for k, f in tails.tolist()) == 3.5
+    # indices outside the compiler's form (a key past n_keys, an index below -1): no handle, the Python loop
+    assert ext.chain_prepare(chain, tails, 1) is None
+    assert ext.chain_prepare(np.array([[0, -2, -1, -1, -1, 0]], dtype=np.int64), tails[:, :] * 0, 2) is None
+    assert ext.chain_prepare(chain, np.zeros((0, 2), dtype=np.int64), 2) is None  # no tails: no makespan
+    with pytest.raises(IndexError, match="indexes 2 costs and 1 latencies, got 1 and 1"):
+        ext.prepared_span(prepared, [1.0], lat)
+    with pytest.raises(IndexError, match="got 3 and 0"):
+        ext.prepared_span(prepared, cost, [])
+    with pytest.raises(TypeError, match="chain_prepare: chain must be a C-contiguous int64 array of rows of 6"):
+        ext.chain_prepare(chain.astype(np.int32), tails, 2)
+    with pytest.raises(TypeError, match="chain_prepare: chain must be"):
+        ext.chain_prepare(np.asfortranarray(np.zeros((2, 6), dtype=np.int64)), tails, 2)
+    with pytest.raises(TypeError, match="chain_prepare: tails must be a C-contiguous int64 array of rows of 2"):
+        ext.chain_prepare(chain, np.zeros(3, dtype=np.int64), 2)
     with pytest.raises(TypeError, match="cost must be a list of floats"):
-        span(chain, tails, tuple(cost), lat, 2)
+        ext.prepared_span(prepared, tuple(cost), lat)
     with pytest.raises(TypeError):
-        span(chain, tails, ["x", 2.0, 0.0], lat, 2)
-    with pytest.raises(IndexError, match="step 1 has an index out of range"):
-        span(np.array([[0, -1, -1, -1, -1, 0], [1, 0, -1, -1, -1, 9]], dtype=np.int64), tails, cost, lat, 2)
-    with pytest.raises(IndexError, match="step 1 has an index out of range"):
-        span(chain, tails, cost, lat, 0)  # fin holds one key (0, also -1): key 1 is past it
-    with pytest.raises(IndexError, match="tail 0 has an index out of range"):
-        span(chain, np.array([[5, -1]], dtype=np.int64), cost, lat, 2)
-    with pytest.raises(ValueError, match="no tails"):
-        span(chain, np.zeros((0, 2), dtype=np.int64), cost, lat, 2)
+        ext.prepared_span(prepared, ["x", 2.0, 0.0], lat)
+    with pytest.raises(TypeError, match="must come from chain_prepare"):
+        ext.prepared_span(chain, cost, lat)
     with pytest.raises(ValueError, match="n_keys must be >= 0"):
-        span(chain, tails, cost, lat, -1)
-    with pytest.raises(TypeError, match="takes 5 arguments"):
-        span(chain, tails, cost, lat)
+        ext.chain_prepare(chain, tails, -1)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        ext.prepared_span(prepared, cost)
+    chain[0, 0] = 99  # the handle holds its own copy: changing the array afterwards cannot reach it
+    assert ext.prepared_span(prepared, cost, lat) == 3.5
 
 
 def test_a_bad_mode_is_named():
@@ -214,3 +224,29 @@ def test_load_now_without_the_extension_loads_numba(no_native):
     pytest.importorskip("numba")
     with jit("auto"):
         assert _jit.load_now() is True and _jit.backend() == "numba"
+
+
+def test_a_chain_the_compiled_replay_does_not_take_replays_in_python(monkeypatch):
+    """``prepare`` answers None (the C extension, for indices outside the compiler's form): the Python loop."""
+    plan, _, _ = _plan("interleaved", 2, 2, 4, None)
+    costs = _costs(2, 2)
+    with jit("off"):
+        want = run_compiled(plan, costs, timeline=False)
+        spans = []
+        monkeypatch.setitem(_jit._state, "fn", _jit.Replay(lambda *a: None, lambda *a: spans.append(a) or 0.0))
+        assert run_compiled(plan, costs, timeline=False) == want and spans == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_plan_with_a_prepared_chain_pickles_and_replays_the_same(backend):
+    """The prepared chain (a C capsule) stays behind: the copy prepares its own on first use."""
+    import pickle
+    mode = use(backend)
+    plan, _, _ = _plan("zbv", 3, 2, 6, None)
+    costs = _costs(3, 2)
+    with jit(mode):
+        want = run_compiled(plan, costs, timeline=False)
+        assert plan.prepared is not None and plan.prepared.handle is not None
+        copy = pickle.loads(pickle.dumps(plan))
+        assert copy.prepared is not None and copy.prepared.replay is None
+        assert run_compiled(copy, costs, timeline=False) == want
