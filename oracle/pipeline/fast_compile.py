@@ -18,6 +18,12 @@ as the reference compiler (``simulator.compile_order_reference``) without a Pyth
 :func:`compile_arrays` returns None for anything it does not accept (malformed or deadlocking
 orders, or slow convergence), and the caller falls back to the reference compiler, whose error
 messages stay the only ones.
+
+Where the C extension runs (``_jit.kernels``: built at install, ``RAYTUNE_PRIMUS_JIT`` auto or on), the same
+tables come from its loops instead, op by op (``compile_core``: validation, dependencies, memory samples;
+``tick_order``: the same levels, each rank advanced while its next op's inputs are placed, and a counting sort;
+``fold_chain``: the folded chain), byte for byte what the numpy passes give
+(tests/oracle/test_pipeline_fast_compile.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from oracle.errors import InvalidConfigError
 from oracle.pipeline import Op, ScheduleDeadlockError, StageCosts, run_compiled, run_schedule
 from oracle.pipeline import _jit
-from oracle.pipeline.fast_compile import array_to_ops, compile_arrays, fold_columns
+from oracle.pipeline.fast_compile import _KINDS, array_to_ops, compile_arrays, fold_columns
 from oracle.pipeline.schedules import SCHEDULES
 from oracle.pipeline.simulator import (CompiledOrder, compile_order, compile_order_arrays,
                                        compile_order_reference, fold_steps, ops_to_array)
@@ -220,7 +220,8 @@ def test_the_c_compile_kernels_refuse_bad_input():
     own = np.array([0, 1], dtype=np.int64)
     no_dep = np.full(2, -1, dtype=np.int64)
     assert ext.tick_order(own, no_dep, no_dep, offsets, 2, perm) and perm.tolist() == [0, 1]
-    assert not ext.tick_order(own, np.array([1, -1], dtype=np.int64), no_dep, offsets, 2, perm)  # waits on its successor
+    waits_on_next = np.array([1, -1], dtype=np.int64)
+    assert not ext.tick_order(own, waits_on_next, no_dep, offsets, 2, perm)  # a deadlock
     with pytest.raises(IndexError, match="op 1 owns key 5, out of range"):
         ext.tick_order(np.array([0, 5], dtype=np.int64), no_dep, no_dep, offsets, 2, perm)
     with pytest.raises(ValueError, match="offsets must run from 0 to the op count"):
@@ -246,7 +247,7 @@ def test_the_c_compile_kernels_refuse_bad_input():
     outs = [np.empty(2, dtype=np.int64) for _ in range(6)] + [np.empty((1, 1)) for _ in range(3)] + [
         np.empty(1, dtype=np.int64), np.empty(4, dtype=np.int64), np.empty(1, dtype=np.int64)]
     maps = (np.array([0], dtype=np.int64), np.array([0], dtype=np.int64))
-    kinds = np.stack([np.array([0, 1, 2, 1]), np.array([0, 1, 2, 0]), np.array([1, 1, 1, -1]), np.array([1, 0, -1, -1])])
+    kinds = _KINDS
     assert ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs) == 0
     assert outs[1].tolist() == [0, 1] and outs[2].tolist() == [-1, 0]  # keys F(0), B(0); BW waits on its F
     assert outs[6].tolist() == [[1.0]] and outs[-2].tolist() == [1, 0, 0, 1] and outs[-1].tolist() == [1]
