@@ -13,6 +13,11 @@
  * cost's and lat's trailing 0.0); the copy lives in a capsule Python cannot change, so each replay runs without
  * a check per index, and only verifies that the cost and latency lists are long enough for the indices seen.
  */
+#if defined(__FAST_MATH__)
+/* CFLAGS with -ffast-math (or -Ofast) may reorder or fuse the replay's floating-point work: no build then (the
+ * extension is optional: the package installs and replays in numba or Python, bit-identical) */
+#error "oracle.pipeline._native must not be built with -ffast-math: the replay must add and compare as Python does"
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
