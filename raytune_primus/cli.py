@@ -404,9 +404,53 @@ def add_load_flags(p: argparse.ArgumentParser, wait_s: float) -> None:
                    help=f"others' CPU use, in cores, above which the machine counts as busy (default {BUSY_LIMIT_CORES})")
 
 
+def version_line() -> str:
+    """The version, the Python, and the pipeline replay this install runs (oracle/pipeline/_jit.py) under the
+    environment's ``RAYTUNE_PRIMUS_JIT``: the C extension where it was built from the source beside it, else numba
+    once a process has replayed enough, else the Python loop. Imports neither numba nor the oracle's models."""
+    import importlib.metadata
+    import importlib.util
+    import platform
+
+    from oracle.pipeline import _jit
+    try:
+        version = importlib.metadata.version("raytune-primus")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    mode = _jit.mode()  # InvalidConfigError on a bad RAYTUNE_PRIMUS_JIT, naming the valid values
+    built = _jit.extension() is not None
+    numba = importlib.util.find_spec("numba") is not None
+    if mode == "off":
+        replay = "the Python loop"
+    elif mode != "numba" and built:
+        replay = "the C extension (oracle.pipeline._native)"
+    elif numba:
+        replay = "numba" + (" once a process has replayed 5M steps (Python before)" if mode == "auto" else "")
+    else:
+        replay = "the Python loop (numba is not installed)"
+    if not built:
+        replay += "; the C extension is not built here (no C compiler at install, or a stale build: reinstall)"
+    return (f"raytune-primus {version} (Python {platform.python_version()}, {platform.machine()}); "
+            f"pipeline replay: {replay} [RAYTUNE_PRIMUS_JIT={mode}]")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: :func:`version_line`, computed when asked (not at every start)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        try:
+            line = version_line()
+        except PrimusError as exc:
+            parser.exit(EXIT_USAGE, f"error: {exc}\n")
+        print(line)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raytune-primus", description="Project memory and throughput of distributed "
                                 "LLM training configurations, and search for the fastest memory-legal one.")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="print the version, the Python and which pipeline replay this install runs, and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -139,3 +139,37 @@ def test_validate_json(capsys, tmp_path):
     assert [(c["a"], c["b"]) for c in d["contrasts"]] == [("e", "b")]
     assert d["contrasts"][0]["measured"] == pytest.approx(14500 / 14000 - 1)
     assert (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("mode,says", [("auto", None), ("off", "the Python loop"), ("numba", "numba")])
+def test_version_says_which_pipeline_replay_runs(capsys, monkeypatch, mode, says):
+    from oracle.pipeline import _jit
+    monkeypatch.setenv("RAYTUNE_PRIMUS_JIT", mode)
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("raytune-primus ") and f"[RAYTUNE_PRIMUS_JIT={mode}]" in out
+    built = _jit.extension() is not None
+    assert ("the C extension is not built here" in out) is not built
+    if says:
+        assert f"pipeline replay: {says}" in out
+    else:
+        assert ("pipeline replay: the C extension" in out) is built
+
+
+def test_version_without_the_extension_names_the_fallback(capsys, monkeypatch):
+    from oracle.pipeline import _jit
+    monkeypatch.setattr(_jit, "_NATIVE", {"ext": None})
+    monkeypatch.setenv("RAYTUNE_PRIMUS_JIT", "auto")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert "the C extension is not built here" in out and "pipeline replay: the C extension" not in out
+
+
+def test_version_with_a_bad_jit_mode_is_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.setenv("RAYTUNE_PRIMUS_JIT", "fast")
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip() == "error: RAYTUNE_PRIMUS_JIT='fast' is not one of auto, on, numba, off"
