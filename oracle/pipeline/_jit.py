@@ -94,7 +94,14 @@ def native() -> Replay | None:
     """The C extension's replay (``chain_prepare``, ``prepared_span``), or None where the extension is not
     available (:func:`extension`)."""
     ext = extension()
-    return None if ext is None else Replay(ext.chain_prepare, ext.prepared_span)
+    if ext is None:
+        return None
+
+    def prepare(chain: np.ndarray, tails: np.ndarray, n_keys: int) -> Any:
+        # the compiler keeps a chain as a read-only array over an immutable bytes object: read in place
+        base = chain.base
+        return ext.chain_prepare(base if type(base) is bytes and len(base) == chain.nbytes else chain, tails, n_keys)
+    return Replay(prepare, ext.prepared_span)
 
 
 def kernels() -> ModuleType | None:
@@ -140,7 +147,10 @@ def _load_numba() -> Replay | None:
         chain, tails, n_keys = handle
         return chain_span(chain, tails, np.asarray(cost, dtype=np.float64), np.asarray(lat, dtype=np.float64),
                           n_keys)
-    return Replay(lambda chain, tails, n_keys: (chain, tails, n_keys), span)
+    def prepare(chain: np.ndarray, tails: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray, int]:
+        # the signature takes writable arrays; the C compile keeps a chain read-only (over bytes): a copy, once
+        return (chain if chain.flags.writeable else chain.copy(), tails, n_keys)
+    return Replay(prepare, span)
 
 
 def _use(fn: Replay | None, backend: str) -> Replay | None:

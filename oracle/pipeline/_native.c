@@ -8,10 +8,11 @@
  *     fin[key] = max(fin[prev] + cost[fold], fin[dep] + lat[boundary]) + cost[ci]
  * then the latest fin[key] + cost[fold] over the tails. The same IEEE double additions and comparisons in the
  * same order (no multiplication, so nothing a compiler may contract into an FMA): bit-identical to the Python
- * loop (tests/oracle/test_pipeline_jit.py). A plan's chain is checked and copied once (chain_prepare: keys in
- * [0, n_keys), every other index in [-1, ...), -1 meaning the last element as in Python: fin's sentinel key,
- * cost's and lat's trailing 0.0); the copy lives in a capsule Python cannot change, so each replay runs without
- * a check per index, and only verifies that the cost and latency lists are long enough for the indices seen.
+ * loop (tests/oracle/test_pipeline_jit.py). A plan's chain is checked once (chain_prepare: keys in [0, n_keys),
+ * every other index in [-1, ...), -1 meaning the last element as in Python: fin's sentinel key, cost's and lat's
+ * trailing 0.0) and held where Python cannot change it (the immutable bytes object the compiler keeps it in, or a
+ * copy), so each replay runs without a check per index, and only verifies that the cost and latency lists are
+ * long enough for the indices seen.
  */
 #if defined(__FAST_MATH__)
 /* CFLAGS with -ffast-math (or -Ofast) may reorder or fuse the replay's floating-point work: no build then (the
@@ -128,10 +129,13 @@ wrap(int64_t i, Py_ssize_t n)
     return (i >= 0 && i < n) ? (Py_ssize_t)i : -1;
 }
 
-/* A chain checked and copied by chain_prepare: its steps' rows, then its tails' rows. */
+/* A chain checked by chain_prepare: its steps' rows (in an immutable bytes object it holds, or copied into data),
+ * then its tails' rows (copied into data). */
 typedef struct {
     Py_ssize_t n_steps, n_tails, n_keys;
     int64_t need_cost, need_lat; /* the shortest cost and latency lists its indices allow */
+    PyObject *owner;             /* the bytes object the steps are read from (NULL: they were copied) */
+    const int64_t *steps;
     int64_t data[];
 } Prepared;
 
@@ -140,7 +144,11 @@ typedef struct {
 static void
 prepared_free(PyObject *capsule)
 {
-    free(PyCapsule_GetPointer(capsule, PREPARED));
+    Prepared *p = (Prepared *)PyCapsule_GetPointer(capsule, PREPARED);
+    if (p != NULL) {
+        Py_XDECREF(p->owner);
+        free(p);
+    }
 }
 
 /* The least length a list indexed by `i` needs (index -1: the last element, so one). */
@@ -150,6 +158,9 @@ need(int64_t i)
     return i >= 0 ? i + 1 : 1;
 }
 
+/* chain_prepare(chain, tails, n_keys) -> prepared | None. `chain`: the steps' (n, 6) int64 rows as an array, or
+ * as a bytes object of them (immutable: read in place, not copied). None when an index is outside the form the
+ * compilers make (the Python loop then replays the chain, with Python's index rule). */
 static PyObject *
 chain_prepare(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -160,16 +171,24 @@ chain_prepare(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t n_keys;
     if (key_count(args[2], "chain_prepare", &n_keys) < 0)
         return NULL;
+    int in_bytes = PyBytes_Check(args[0]);
     Py_buffer ch, tl;
-    if (int64_rows(args[0], &ch, 6, "chain_prepare: chain", 0) < 0)
+    if (in_bytes) {
+        if (PyBytes_GET_SIZE(args[0]) % (8 * 6) != 0) {
+            PyErr_SetString(PyExc_TypeError, "chain_prepare: chain bytes must hold whole rows of 6 int64");
+            return NULL;
+        }
+    } else if (int64_rows(args[0], &ch, 6, "chain_prepare: chain", 0) < 0)
         return NULL;
     if (int64_rows(args[1], &tl, 2, "chain_prepare: tails", 0) < 0) {
-        PyBuffer_Release(&ch);
+        if (!in_bytes)
+            PyBuffer_Release(&ch);
         return NULL;
     }
     PyObject *result = NULL;
-    Py_ssize_t n_steps = ch.len / (8 * 6), n_tails = tl.len / (8 * 2);
-    const int64_t *c = (const int64_t *)ch.buf, *t = (const int64_t *)tl.buf;
+    const int64_t *steps = in_bytes ? (const int64_t *)PyBytes_AS_STRING(args[0]) : (const int64_t *)ch.buf;
+    Py_ssize_t n_steps = (in_bytes ? PyBytes_GET_SIZE(args[0]) : ch.len) / (8 * 6), n_tails = tl.len / (8 * 2);
+    const int64_t *c = steps, *t = (const int64_t *)tl.buf;
     int64_t need_cost = 0, need_lat = 0;
     int plain = n_tails > 0;  /* an order with no tails has no makespan: the Python loop says so */
     for (Py_ssize_t i = 0; i < n_steps && plain; i++, c += 6) {
@@ -187,7 +206,7 @@ chain_prepare(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs
         result = Py_NewRef(Py_None);
         goto done;
     }
-    size_t words = (size_t)(6 * n_steps + 2 * n_tails);
+    size_t words = (size_t)(2 * n_tails + (in_bytes ? 0 : 6 * n_steps));
     Prepared *p = (Prepared *)malloc(sizeof(Prepared) + sizeof(int64_t) * (words ? words : 1));
     if (p == NULL) {
         PyErr_NoMemory();
@@ -198,13 +217,23 @@ chain_prepare(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs
     p->n_keys = n_keys;
     p->need_cost = need_cost;
     p->need_lat = need_lat;
-    memcpy(p->data, ch.buf, sizeof(int64_t) * (size_t)(6 * n_steps));
-    memcpy(p->data + 6 * n_steps, tl.buf, sizeof(int64_t) * (size_t)(2 * n_tails));
+    memcpy(p->data, tl.buf, sizeof(int64_t) * (size_t)(2 * n_tails));
+    if (in_bytes) {
+        p->owner = Py_NewRef(args[0]);
+        p->steps = steps;
+    } else {
+        p->owner = NULL;
+        memcpy(p->data + 2 * n_tails, steps, sizeof(int64_t) * (size_t)(6 * n_steps));
+        p->steps = p->data + 2 * n_tails;
+    }
     result = PyCapsule_New(p, PREPARED, prepared_free);
-    if (result == NULL)
+    if (result == NULL) {
+        Py_XDECREF(p->owner);
         free(p);
+    }
 done:
-    PyBuffer_Release(&ch);
+    if (!in_bytes)
+        PyBuffer_Release(&ch);
     PyBuffer_Release(&tl);
     return result;
 }
@@ -239,7 +268,7 @@ prepared_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs
     }
     const double *C = cost + 1, *L = lat + 1;  /* C[-1], L[-1]: the last value, as Python reads index -1 */
     double *F = fin + 1, span = 0.0;
-    const int64_t *c = p->data, *t = p->data + 6 * p->n_steps;
+    const int64_t *c = p->steps, *t = p->data;
     Py_ssize_t n_steps = p->n_steps, n_tails = p->n_tails;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n_steps; i++, c += 6) {

@@ -28,7 +28,7 @@ tables come from its loops instead, op by op (``compile_core``: validation, depe
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
 
@@ -93,6 +93,12 @@ def compile_arrays(arrays: Sequence[np.ndarray], pp: int, vpp: int, layout: Layo
     ext = _jit.kernels()
     if ext is not None:
         return _compile_native(ext, ops, offsets, pp, vpp, layout, m)
+    return _compile_numpy(ops, offsets, pp, vpp, layout, m)
+
+
+def _compile_numpy(ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layout: Layout, m: int) -> dict | None:
+    """:func:`compile_arrays` in numpy passes (``ops``: every rank's rows, one after another, as ``offsets`` say)."""
+    n, lens = len(ops), np.diff(offsets)
     kind, mb, chunk = ops[:, 0].copy(), ops[:, 1].copy(), ops[:, 2].copy()
     if (kind.min() < 0 or kind.max() > 3 or mb.min() < 0 or mb.max() >= m or chunk.min() < 0
             or chunk.max() >= vpp):
@@ -189,15 +195,49 @@ def _compile_native(ext, ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int
         return None
     segments = np.arange(pp, dtype=np.intp) * (vpp * m)  # every rank holds vpp * m forwards (checked)
     return _plan_fields(ops, offsets, vpp, m, cols, perm,
-                        mem=(mem_alive, mem_b, mem_w, f_rank.astype(np.intp), segments),
-                        peak_in_flight=tuple(peak.tolist()), op_counts=op_counts, splits_bw=bool(split))
+                        mem=(mem_alive, mem_b, mem_w, f_rank.astype(np.intp, copy=False), segments),
+                        peak_in_flight=tuple(peak.tolist()), op_counts=op_counts, splits_bw=bool(split),
+                        steps_cols=_Columns(ops, offsets, pp, vpp, layout, m))
+
+
+class _Columns:
+    """A C-compiled plan's per-op columns (rank, key, d1, b1, d2, cost index), computed again when its steps are
+    first read (a timeline, a Gantt chart): the plan does not keep them (~56 bytes an op). Picklable; where the
+    extension is not loaded (an unpickled plan elsewhere), the numpy passes compute the same columns."""
+
+    __slots__ = ("ops", "offsets", "pp", "vpp", "layout", "m")
+
+    def __init__(self, ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layout: Layout, m: int) -> None:
+        self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m = ops, offsets, pp, vpp, layout, m
+
+    def __call__(self) -> tuple[np.ndarray, ...]:
+        ext = _jit.extension()
+        if ext is None:
+            return _compile_numpy(self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m)["steps"].columns()
+        n, n_cells = len(self.ops), self.pp * self.vpp * self.m
+        rank_of_stage, vs = _stage_maps(self.layout, self.pp, self.vpp)
+        cols = tuple(np.empty(n, dtype=np.int64) for _ in range(6))
+        scratch = [np.empty((n_cells, self.vpp)) for _ in range(3)] + [
+            np.empty(n_cells, dtype=np.int64), np.empty(self.pp * 4 * self.vpp, dtype=np.int64),
+            np.empty(self.pp, dtype=np.int64)]
+        ext.compile_core(self.ops, self.offsets, self.m, self.vpp, rank_of_stage, vs.reshape(-1), _KINDS, *cols,
+                         *scratch)
+        return cols
+
+    def __getstate__(self) -> tuple:
+        return self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m
+
+    def __setstate__(self, state: tuple) -> None:
+        self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m = state
 
 
 def _plan_fields(ops: np.ndarray, offsets: np.ndarray, vpp: int, m: int, cols: tuple[np.ndarray, ...],
                  perm: np.ndarray, *, mem: tuple[np.ndarray, ...], peak_in_flight: tuple[int, ...],
-                 op_counts: np.ndarray, splits_bw: bool) -> dict:
+                 op_counts: np.ndarray, splits_bw: bool,
+                 steps_cols: Callable[[], tuple[np.ndarray, ...]] | None = None) -> dict:
     """The CompiledOrder fields from the per-op columns (rank, key, d1, b1, d2, cost index), the evaluation order
-    and the memory tables (alive, B, W, their rows' ranks, the ranks' first rows)."""
+    and the memory tables (alive, B, W, their rows' ranks, the ranks' first rows). ``steps_cols``: how the steps
+    get the columns again when first read, so the plan need not keep them (else it keeps ``cols``)."""
     rank, own, d1, b1, d2, gci = cols
     pp = len(offsets) - 1
     with _collector_paused():
@@ -205,11 +245,11 @@ def _plan_fields(ops: np.ndarray, offsets: np.ndarray, vpp: int, m: int, cols: t
     # the per-rank Op tuples only build_order, a timeline and a Gantt chart read: built on first use too
     order = LazyOrder(ops, offsets, vpp)
     # the per-op steps only a timeline (and a Gantt chart) reads: built on first use
-    steps = LazySteps(cols, perm)
+    steps = LazySteps(steps_cols if steps_cols is not None else cols, perm)
     mem_alive, mem_b, mem_w, mem_row_rank, segments = mem
     return dict(chain=chain, tails=tails,
         chain_arrays=(chain.array, np.asarray(tails, dtype=np.int64).reshape(-1, 2)),
-        order=order, steps=steps, step_slots=perm.astype(np.intp),
+        order=order, steps=steps, step_slots=perm.astype(np.intp, copy=False),
         rank_offsets=tuple(offsets.tolist()), n_keys=3 * m * pp * vpp,
         op_counts=tuple(tuple(row) for row in op_counts.reshape(pp, 4 * vpp).tolist()),
         mem_row_rank=mem_row_rank, mem_alive=mem_alive, mem_b=mem_b, mem_w=mem_w,
@@ -269,16 +309,21 @@ class _LazyRows(Sequence):
 
 class LazySteps(_LazyRows):
     """``CompiledOrder.steps`` (see :func:`flat_rows`) from the compiler's columns, built on first use: a
-    projection replays the folded chain and never reads them."""
+    projection replays the folded chain and never reads them. ``cols`` is the columns, or a function that
+    computes them again (the C compile keeps no per-op columns in a plan: a timeline recompiles them)."""
 
     __slots__ = ("_cols", "_perm")
 
-    def __init__(self, cols: tuple[np.ndarray, ...], perm: np.ndarray) -> None:
+    def __init__(self, cols: tuple[np.ndarray, ...] | Callable[[], tuple[np.ndarray, ...]], perm: np.ndarray) -> None:
         super().__init__()
         self._cols, self._perm = cols, perm
 
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The per-op columns the steps are made of (computed again where the plan does not keep them)."""
+        return self._cols() if callable(self._cols) else self._cols
+
     def _build(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
-        return flat_rows(*self._cols, self._perm)
+        return flat_rows(*self.columns(), self._perm)
 
     def __len__(self) -> int:
         return len(self._perm)
@@ -352,7 +397,10 @@ def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarr
         chain = np.empty((n, 6), dtype=np.int64)
         tails_arr = np.empty((len(offsets) - 1, 2), dtype=np.int64)
         k = ext.fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails_arr)
-        return LazyChain(chain[:k], n_keys), tuple(map(tuple, tails_arr.tolist()))
+        # kept as an immutable bytes object of its k rows (a read-only array over it): the C replay then checks
+        # it once and reads it in place (no copy), and the n-row buffer goes back to the allocator
+        rows = np.frombuffer(chain[:k].tobytes(), dtype=np.int64).reshape(k, 6)
+        return LazyChain(rows, n_keys), tuple(map(tuple, tails_arr.tolist()))
     slots = np.arange(n, dtype=np.int64)
     awaited = np.zeros(n_keys + 1, dtype=bool)
     awaited[d1[b1 >= 0]] = True

@@ -256,3 +256,19 @@ def test_the_c_compile_kernels_refuse_bad_input():
         ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs[:-1], np.empty(2, dtype=np.int64))
     with pytest.raises(TypeError, match="compile_core: mem_alive must be a C-contiguous writable float64 array"):
         ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs[:6], np.empty(1, dtype=np.int64), *outs[7:])
+
+
+@pytest.mark.parametrize("extension_at_read", [True, False])
+def test_a_c_compiled_plan_computes_its_steps_again_when_read(monkeypatch, extension_at_read):
+    """The C compile keeps no per-op columns in the plan; its steps (a timeline's) are computed again on first
+    read, with the extension or, where it is not loaded (a plan unpickled elsewhere), with numpy: the same rows."""
+    use("native")
+    name, pp, vpp, m = "interleaved", 3, 2, 6
+    arrays = list(SCHEDULES[name].make_fast(pp, vpp, m).order)
+    with jit("off"):
+        want = compile_arrays(arrays, pp, vpp, SCHEDULES[name].layout, m)
+    with jit("auto"):
+        got = compile_arrays(arrays, pp, vpp, SCHEDULES[name].layout, m)
+    if not extension_at_read:
+        monkeypatch.setattr(_jit, "_NATIVE", {"ext": None})
+    assert tuple(got["steps"]) == tuple(want["steps"]) and len(got["steps"]) == len(want["steps"])
