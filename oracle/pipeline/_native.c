@@ -583,6 +583,12 @@ compile_core(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "compile_core: offsets needs pp + 1 >= 2 entries");
         goto done;
     }
+    /* the sizes below (cells x vpp x 8 bytes, 4 x cells counters) must not overflow */
+    if (vpp > PY_SSIZE_T_MAX / 64 / pp || m > PY_SSIZE_T_MAX / 64 / (pp * vpp)
+        || vpp > PY_SSIZE_T_MAX / 64 / (pp * vpp * m)) {
+        PyErr_SetString(PyExc_ValueError, "compile_core: pp x vpp x m x vpp is too large");
+        goto done;
+    }
     n_stages = pp * vpp;
     n_cells = n_stages * m;
     if (v[ROS].len != 8 * n_stages || v[VS].len != 8 * n_stages || v[KINDS].len != 8 * 16

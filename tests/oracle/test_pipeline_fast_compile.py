@@ -252,6 +252,8 @@ def test_the_c_compile_kernels_refuse_bad_input():
     assert outs[1].tolist() == [0, 1] and outs[2].tolist() == [-1, 0]  # keys F(0), B(0); BW waits on its F
     assert outs[6].tolist() == [[1.0]] and outs[-2].tolist() == [1, 0, 0, 1] and outs[-1].tolist() == [1]
     assert ext.compile_core(np.array([[0, 0, 0], [0, 0, 0]], dtype=np.int64), offsets, 1, 1, *maps, kinds, *outs) == -1
+    with pytest.raises(ValueError, match="too large"):
+        ext.compile_core(ops, offsets, 2 ** 62, 1, *maps, kinds, *outs)
     with pytest.raises(ValueError, match="an output or map has the wrong size"):
         ext.compile_core(ops, offsets, 1, 1, *maps, kinds, *outs[:-1], np.empty(2, dtype=np.int64))
     with pytest.raises(TypeError, match="compile_core: mem_alive must be a C-contiguous writable float64 array"):
@@ -272,3 +274,50 @@ def test_a_c_compiled_plan_computes_its_steps_again_when_read(monkeypatch, exten
     if not extension_at_read:
         monkeypatch.setattr(_jit, "_NATIVE", {"ext": None})
     assert tuple(got["steps"]) == tuple(want["steps"]) and len(got["steps"]) == len(want["steps"])
+
+
+_garbage = st.lists(st.integers(-3, 12), min_size=0, max_size=36)
+
+
+@SETTINGS
+@given(st.data())
+def test_the_c_kernels_answer_or_raise_on_any_small_input(data):
+    """Arbitrary small int arrays and sizes into every C entry point: each returns or raises a Python error,
+    never reads or writes outside an array (a crash would end the test run)."""
+    use("native")
+    ext = _jit.extension()
+
+    def arr(*shape_tail: int) -> np.ndarray:
+        vals = data.draw(_garbage)
+        width = shape_tail[0] if shape_tail else 1
+        vals = vals[:len(vals) - len(vals) % width]
+        return np.array(vals, dtype=np.int64).reshape((-1, *shape_tail))
+    n_keys = data.draw(st.integers(-1, 12))
+    offsets = np.array(sorted(data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=4))), dtype=np.int64)
+    n = int(offsets[-1]) if len(offsets) else 0
+    cols = [np.array(data.draw(st.lists(st.integers(-3, 12), min_size=n, max_size=n)), dtype=np.int64)
+            for _ in range(6)]
+    calls = [
+        lambda: ext.tick_order(cols[0], cols[1], cols[2], offsets, n_keys, np.empty(n, dtype=np.int64)),
+        lambda: ext.fold_chain(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], offsets, n_keys,
+                               np.empty((n, 6), dtype=np.int64), np.empty((max(0, len(offsets) - 1), 2),
+                                                                          dtype=np.int64)),
+        lambda: ext.prepared_span(ext.chain_prepare(arr(6), arr(2), n_keys) or ext.chain_prepare(
+            np.zeros((0, 6), dtype=np.int64), np.zeros((1, 2), dtype=np.int64), 0),
+            [0.5] * data.draw(st.integers(0, 6)), [0.1] * data.draw(st.integers(0, 6))),
+    ]
+    pp = max(1, len(offsets) - 1)
+    vpp, m = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    cells = pp * vpp * m
+    ops = np.array(data.draw(st.lists(st.integers(-1, 4), min_size=3 * n, max_size=3 * n)), dtype=np.int64)
+    maps = [np.array(data.draw(st.lists(st.integers(-1, 7), min_size=pp * vpp, max_size=pp * vpp)), dtype=np.int64)
+            for _ in range(2)]
+    calls.append(lambda: ext.compile_core(
+        ops.reshape(n, 3), offsets, m, vpp, *maps, _KINDS, *[np.empty(n, dtype=np.int64) for _ in range(6)],
+        *[np.empty((cells, vpp)) for _ in range(3)], np.empty(cells, dtype=np.int64),
+        np.empty(pp * 4 * vpp, dtype=np.int64), np.empty(pp, dtype=np.int64)))
+    for call in calls:
+        try:
+            call()
+        except (TypeError, ValueError, IndexError, MemoryError):
+            pass
