@@ -161,8 +161,9 @@ def _use(fn: Replay | None, backend: str) -> Replay | None:
 def _select(m: str, *, now: bool) -> Replay | None:
     """The C extension unless ``numba`` is asked for, else numba if ``now`` (or not ``auto``); None (the Python
     loop, for now) otherwise."""
-    if m != "numba" and native() is not None:
-        return _use(native(), "native")
+    replay = native() if m != "numba" else None
+    if replay is not None:
+        return _use(replay, "native")
     if m == "auto" and not now:
         return None
     return _use(_load_numba(), "numba")

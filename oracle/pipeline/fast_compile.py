@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 from contextlib import contextmanager
 from operator import itemgetter
 
@@ -153,8 +154,10 @@ def _compile_numpy(ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layo
     n_f = np.bincount(rank[f_rows], minlength=pp)
     segments = np.zeros(pp, dtype=np.intp)
     np.cumsum(n_f[:-1], out=segments[1:])
+    with _collector_paused():
+        chain, tails = fold_columns(rank, own, d1, b1, gci, perm, offsets, 3 * m * n_stages)
     return _plan_fields(
-        ops, offsets, vpp, m, (rank, own, d1, b1, d2, gci), perm,
+        ops, offsets, vpp, m, (rank, own, d1, b1, d2, gci), perm, chain, tails,
         mem=(np.ascontiguousarray(sampled[:vpp].T), np.ascontiguousarray(sampled[vpp:2 * vpp].T),
              np.ascontiguousarray(sampled[2 * vpp:3 * vpp].T), rank[f_rows].astype(np.intp), segments),
         peak_in_flight=tuple(int(x) for x in np.maximum.reduceat(live, segments).tolist()),
@@ -173,28 +176,42 @@ def _stage_maps(layout: Layout, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarr
     return rank_of_stage, vs
 
 
-def _compile_native(ext, ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layout: Layout, m: int
-                    ) -> dict | None:
-    """:func:`compile_arrays` with the C extension's ``compile_core`` (the per-op tables and memory samples, the
-    same values as the numpy passes), ``tick_order`` and ``fold_chain``."""
-    n, n_stages = len(ops), pp * vpp
-    n_cells = n_stages * m
+def _native_tables(ext: Any, ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layout: Layout, m: int
+                   ) -> tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The C extension's ``compile_core`` of an order: (-1 for an order it does not accept, else 1 if any op is a
+    split B and 0 if not; the per-op columns rank, key, d1, b1, d2, cost index; the tables mem_alive, mem_b,
+    mem_w, the forwards' ranks, the op counts and the per-rank peaks)."""
+    n, n_cells = len(ops), pp * vpp * m
     rank_of_stage, vs = _stage_maps(layout, pp, vpp)
-    cols = tuple(np.empty(n, dtype=np.int64) for _ in range(6))  # rank, own, d1, b1, d2, gci
-    mem_alive, mem_b, mem_w = (np.empty((n_cells, vpp)) for _ in range(3))
-    f_rank = np.empty(n_cells, dtype=np.int64)
-    op_counts = np.empty(pp * 4 * vpp, dtype=np.int64)
-    peak = np.empty(pp, dtype=np.int64)
-    split = ext.compile_core(ops, offsets, m, vpp, rank_of_stage, vs.reshape(-1), _KINDS, *cols, mem_alive, mem_b,
-                             mem_w, f_rank, op_counts, peak)
+    cols = tuple(np.empty(n, dtype=np.int64) for _ in range(6))
+    tables = (np.empty((n_cells, vpp)), np.empty((n_cells, vpp)), np.empty((n_cells, vpp)),
+              np.empty(n_cells, dtype=np.int64), np.empty(pp * 4 * vpp, dtype=np.int64), np.empty(pp, dtype=np.int64))
+    split = ext.compile_core(ops, offsets, m, vpp, rank_of_stage, vs.reshape(-1), _KINDS, *cols, *tables)
+    return split, cols, tables
+
+
+def _compile_native(ext: Any, ops: np.ndarray, offsets: np.ndarray, pp: int, vpp: int, layout: Layout, m: int
+                    ) -> dict | None:
+    """:func:`compile_arrays` with the C extension: ``compile_core`` (the per-op tables and memory samples, the
+    same values as the numpy passes), ``tick_order`` (:func:`_tick_order`'s permutation) and ``fold_chain``
+    (:func:`fold_columns`' chain and tails)."""
+    n, n_keys = len(ops), 3 * m * pp * vpp
+    split, cols, (mem_alive, mem_b, mem_w, f_rank, op_counts, peak) = _native_tables(ext, ops, offsets, pp, vpp,
+                                                                                    layout, m)
     if split < 0:
         return None
-    _, own, d1, _, d2, _ = cols
-    perm = _tick_order(own, d1, d2, offsets, n, 3 * m * n_stages)
-    if perm is None:
+    rank, own, d1, b1, d2, gci = cols
+    perm = np.empty(n, dtype=np.int64)
+    if not ext.tick_order(own, d1, d2, offsets, n_keys, perm):
         return None
+    chain = np.empty((n, 6), dtype=np.int64)
+    tails = np.empty((pp, 2), dtype=np.int64)
+    k = ext.fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails)
+    # kept as an immutable bytes object of its k rows (a read-only array over it): the C replay then checks it
+    # once and reads it in place (no copy), and the n-row buffer goes back to the allocator
+    rows = np.frombuffer(chain[:k].tobytes(), dtype=np.int64).reshape(k, 6)
     segments = np.arange(pp, dtype=np.intp) * (vpp * m)  # every rank holds vpp * m forwards (checked)
-    return _plan_fields(ops, offsets, vpp, m, cols, perm,
+    return _plan_fields(ops, offsets, vpp, m, cols, perm, LazyChain(rows, n_keys), tuple(map(tuple, tails.tolist())),
                         mem=(mem_alive, mem_b, mem_w, f_rank.astype(np.intp, copy=False), segments),
                         peak_in_flight=tuple(peak.tolist()), op_counts=op_counts, splits_bw=bool(split),
                         steps_cols=_Columns(ops, offsets, pp, vpp, layout, m))
@@ -214,15 +231,7 @@ class _Columns:
         ext = _jit.extension()
         if ext is None:
             return _compile_numpy(self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m)["steps"].columns()
-        n, n_cells = len(self.ops), self.pp * self.vpp * self.m
-        rank_of_stage, vs = _stage_maps(self.layout, self.pp, self.vpp)
-        cols = tuple(np.empty(n, dtype=np.int64) for _ in range(6))
-        scratch = [np.empty((n_cells, self.vpp)) for _ in range(3)] + [
-            np.empty(n_cells, dtype=np.int64), np.empty(self.pp * 4 * self.vpp, dtype=np.int64),
-            np.empty(self.pp, dtype=np.int64)]
-        ext.compile_core(self.ops, self.offsets, self.m, self.vpp, rank_of_stage, vs.reshape(-1), _KINDS, *cols,
-                         *scratch)
-        return cols
+        return _native_tables(ext, self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m)[1]
 
     def __getstate__(self) -> tuple:
         return self.ops, self.offsets, self.pp, self.vpp, self.layout, self.m
@@ -232,16 +241,14 @@ class _Columns:
 
 
 def _plan_fields(ops: np.ndarray, offsets: np.ndarray, vpp: int, m: int, cols: tuple[np.ndarray, ...],
-                 perm: np.ndarray, *, mem: tuple[np.ndarray, ...], peak_in_flight: tuple[int, ...],
-                 op_counts: np.ndarray, splits_bw: bool,
-                 steps_cols: Callable[[], tuple[np.ndarray, ...]] | None = None) -> dict:
-    """The CompiledOrder fields from the per-op columns (rank, key, d1, b1, d2, cost index), the evaluation order
-    and the memory tables (alive, B, W, their rows' ranks, the ranks' first rows). ``steps_cols``: how the steps
-    get the columns again when first read, so the plan need not keep them (else it keeps ``cols``)."""
-    rank, own, d1, b1, d2, gci = cols
+                 perm: np.ndarray, chain: LazyChain, tails: tuple[tuple[int, int], ...], *,
+                 mem: tuple[np.ndarray, ...], peak_in_flight: tuple[int, ...], op_counts: np.ndarray,
+                 splits_bw: bool, steps_cols: Callable[[], tuple[np.ndarray, ...]] | None = None) -> dict:
+    """The CompiledOrder fields from the per-op columns (rank, key, d1, b1, d2, cost index), the evaluation order,
+    the folded chain and tails, and the memory tables (alive, B, W, their rows' ranks, the ranks' first rows).
+    ``steps_cols``: how the steps get the columns again when first read, so the plan need not keep them (else it
+    keeps ``cols``)."""
     pp = len(offsets) - 1
-    with _collector_paused():
-        chain, tails = fold_columns(rank, own, d1, b1, gci, perm, offsets, 3 * m * pp * vpp)
     # the per-rank Op tuples only build_order, a timeline and a Gantt chart read: built on first use too
     order = LazyOrder(ops, offsets, vpp)
     # the per-op steps only a timeline (and a Gantt chart) reads: built on first use
@@ -389,18 +396,9 @@ def fold_columns(rank: np.ndarray, own: np.ndarray, d1: np.ndarray, b1: np.ndarr
                  ) -> tuple[LazyChain, tuple[tuple[int, int], ...]]:
     """``CompiledOrder``'s (chain, tails) from per-slot columns and the evaluation order ``perm``: the same fold
     as ``simulator.fold_steps`` (which walks the steps one by one), computed with numpy. A rank's steps come in
-    its slot order (the rank predecessor first), so "the rank's previous op" is the previous slot. Where the C
-    extension runs (``_jit.kernels``), its ``fold_chain`` computes the same chain and tails op by op."""
+    its slot order (the rank predecessor first), so "the rank's previous op" is the previous slot. The C
+    extension's ``fold_chain`` computes the same chain and tails op by op (:func:`_compile_native`)."""
     n = len(own)
-    ext = _jit.kernels()
-    if ext is not None:
-        chain = np.empty((n, 6), dtype=np.int64)
-        tails_arr = np.empty((len(offsets) - 1, 2), dtype=np.int64)
-        k = ext.fold_chain(rank, own, d1, b1, gci, perm, offsets, n_keys, chain, tails_arr)
-        # kept as an immutable bytes object of its k rows (a read-only array over it): the C replay then checks
-        # it once and reads it in place (no copy), and the n-row buffer goes back to the allocator
-        rows = np.frombuffer(chain[:k].tobytes(), dtype=np.int64).reshape(k, 6)
-        return LazyChain(rows, n_keys), tuple(map(tuple, tails_arr.tolist()))
     slots = np.arange(n, dtype=np.int64)
     awaited = np.zeros(n_keys + 1, dtype=bool)
     awaited[d1[b1 >= 0]] = True
@@ -456,12 +454,8 @@ def _tick_order(own: np.ndarray, d1: np.ndarray, d2: np.ndarray, offsets: np.nda
     did). Ticks only grow from below, so the first round after which every
     rank's ticks already satisfy their dependencies (one check over all ranks at once) holds the least
     fixed point: the longest-path levels, the same ticks as a further round that changes nothing.
-    Where the C extension runs (``_jit.kernels``), its ``tick_order`` gives the same permutation (the levels are
-    unique) by advancing each rank while its next op's inputs are placed, then a counting sort."""
-    ext = _jit.kernels()
-    if ext is not None:
-        perm = np.empty(n, dtype=np.int64)
-        return perm if ext.tick_order(own, d1, d2, offsets, n_keys, perm) else None
+    The C extension's ``tick_order`` gives the same permutation (the levels are unique) by advancing each rank
+    while its next op's inputs are placed, then a counting sort (:func:`_compile_native`)."""
     slot_of = np.full(n_keys + 1, n, dtype=np.int64)  # key -1 (no dependency) -> sentinel slot n
     slot_of[own] = np.arange(n, dtype=np.int64)
     s1 = slot_of[d1]

@@ -398,7 +398,7 @@ class _Prepared:
 
 
 def _prepared(plan: CompiledOrder, replay: _jit.Replay) -> Any:
-    """``replay.prepare`` of the plan's chain, once per plan and replay (the C extension checks and copies it)."""
+    """``replay.prepare`` of the plan's chain, once per plan and replay (the C extension checks it once)."""
     p = plan.prepared
     if p is not None and p.replay is replay:
         return p.handle
