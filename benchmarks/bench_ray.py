@@ -34,7 +34,7 @@ def bulk(exp, points: int, batch: int) -> list[tuple[str, float, float]]:
     from searchers.evaluator import OracleEvaluator
 
     ev = OracleEvaluator("simulate")
-    allp = list(exp.space.iter_points())
+    allp = list(exp.space.iter_values())  # each point with its derived pipeline layout (as the space runs it)
     step = max(1, len(allp) // points)
     cands = allp[::step][:points]
 

@@ -12,7 +12,7 @@ Results are exactly what the in-process path computes (the same ``memory_result`
 ``score_result`` helpers, in input order)::
 
     with ScoringPool(OracleEvaluator(), space.baseline) as pool:
-        results = pool.evaluate(list(space.iter_points()))      # pre-filter, then score
+        results = pool.evaluate(list(space.iter_values()))      # pre-filter, then score
         best = pool.optimum(space)                              # the exhaustive optimum
 
 Faults (issue 13): an actor that dies in the middle of a batch (its process killed, its node lost)
@@ -296,7 +296,7 @@ class ScoringPool:
 
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
         """(best scored result over every legal point of ``space``, number of points that fit)."""
-        results = self.evaluate(list(space.iter_points()))
+        results = self.evaluate(list(space.iter_values()))
         best: TrialResult | None = None
         fitting = 0
         for r in results:

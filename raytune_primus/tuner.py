@@ -592,7 +592,7 @@ def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:
     """The exhaustive optimum of ``space`` scored on a ScoringPool, in the shape of
     :func:`searchers.driver.exhaustive_optimum` (first point wins ties, as there)."""
     points = space.points
-    results = pool.evaluate([dict(zip(space.axes, p)) for p in points])
+    results = pool.evaluate([space.values_of(p) for p in points])  # with each point's derived layout
     best, best_i, fitting = None, None, 0
     for i, r in enumerate(results):
         v = r.value

@@ -387,6 +387,23 @@ class SearchSpace:
         for p in self.points:
             yield dict(zip(self.axes, p))
 
+    def values_of(self, point: Sequence[Any] | Mapping[str, Any]) -> dict[str, Any]:
+        """The training values that turn the baseline into this point's run (``baseline.training.replace(
+        **values)`` is :meth:`run_of`'s training): the point's axes plus each derived pipeline layout key
+        (LAYOUT_KEYS) whose value differs from the baseline's. What goes to a scorer that knows only the
+        baseline (``raytune_primus.pool``): the bare axes would leave a pp that does not split the layers
+        without its uneven layout, or keep the baseline's layout for another pp."""
+        values = dict(point) if isinstance(point, Mapping) else dict(zip(self.axes, point))
+        base = self.baseline.training
+        lay = self._layout_for(values.get("pp", base.pp), values.get("vpp", base.vpp))
+        values.update({k: v for k, v in lay.items() if getattr(base, k) != v})
+        return values
+
+    def iter_values(self) -> Iterator[dict[str, Any]]:
+        """:meth:`values_of` every legal point, in :attr:`points` order."""
+        for p in self.points:
+            yield self.values_of(p)
+
     def point(self, i: int) -> dict[str, Any]:
         return dict(zip(self.axes, self.points[i]))
 

@@ -329,6 +329,31 @@ def test_search_space_reaches_pp_that_does_not_divide_the_layers():
     assert not problems and project(run).tokens_per_s_per_gpu > 0
 
 
+def test_a_scorer_given_values_of_builds_the_run_the_space_runs():
+    """A Ray scorer knows the baseline only (``build_run``): ``values_of`` carries each point's derived layout
+    (a pp that does not split the layers, and a pp away from the baseline's own uneven layout), where the bare
+    axes made the pool score another run (or fail it: 'num_layers=61 is not divisible')."""
+    from raytune_primus.pool import score_in_process
+    from raytune_primus.trainable import build_run
+    from searchers.evaluator import OracleEvaluator, score_results
+    from searchers.space import SearchSpace
+    base = run_of("deepseek-v3", "h100-sxm", 256, pp=8, ep=8, gbs=256, mbs=1, precision="fp8",
+                  decoder_first_pipeline_num_layers=9, decoder_last_pipeline_num_layers=4)
+    sp = SearchSpace(base, restrict={"pp": [4, 8, 16], "vpp": [1, 2], "pp_schedule": ["1f1b", "interleaved"]},
+                     pins={"tp": 1, "cp": 1, "ep": 8, "mbs": 1, "recompute": "none"})
+    assert {p["pp"] for p in sp.iter_points()} == {4, 8, 16}
+    for p in sp.points:
+        assert build_run(base, sp.values_of(p)).training == sp.run_of(p).training
+    bare = [dict(zip(sp.axes, p)) for p in sp.points]
+    assert any(build_run(base, v).training != sp.run_of(p).training for v, p in zip(bare, sp.points))
+    sample = list(sp.points[::max(1, len(sp.points) // 12)])
+    runs = [sp.run_of(p) for p in sample]
+    ev = OracleEvaluator("simulate")
+    got = score_in_process(ev, base, [sp.values_of(p) for p in sample])
+    assert got == score_results(ev, runs, [r.key() for r in runs])
+    assert all(r.status in ("ok", "rejected") for r in got)  # projected (none fails), fits or not
+
+
 NVIDIA = SHARED / "validation" / "published-nvidia.csv"
 
 
