@@ -1,12 +1,15 @@
 """Ray throughput and overhead, simulate mode: what docs/ray.md records.
 
-    .venv/bin/python benchmarks/bench_ray.py [--experiment llama3.1-70b-h100-64] [--points 1200] [--budget 30]
+    .venv/bin/python benchmarks/bench_ray.py [--experiment llama3.1-70b-h100-64] [--points 20000] [--budget 30]
 
-1. Bulk scoring of the same candidates (pre-filter + projection, the real simulate oracle): in-process,
-   then a ScoringPool with 1 and 2 workers (batches of at most --batch), and 2 workers fed one candidate
-   per call; two passes each (cold caches, then warm), in evaluations/s and as a ratio to in-process,
-   with the load average after each path and the CPU seconds the pool's actors and the driver used
-   (the work, whatever the load: 2 workers reach 2x on two idle cores only if it does not grow).
+1. Bulk scoring of the same candidates (pre-filter + projection, the real simulate oracle; by default every
+   legal point of the space, up to --points, each with its derived pipeline layout): in-process (with the
+   command line's bulk process settings, as the scorer actors have them), then a ScoringPool with 1 and 2
+   workers (batches of at most --batch, --in-flight calls queued per actor), and 2 workers fed one candidate
+   per call (on the first 1,200 candidates); one cold pass (caches empty) then --warm-passes warm ones each,
+   in evaluations/s (cold, median warm and the warm range) and as a ratio to in-process, with the load
+   average after each path and the CPU seconds the pool's actors and the driver used (the work, whatever
+   the load: 2 workers reach 2x on two idle cores only if it does not grow).
 2. The Tune path: a --budget trial search (random searcher) as Ray Tune trials, one at a time, against
    the same search in-process; the fixed cost of a ``tuner.fit()`` (actors, Tune start-up, first trial
    actor) and the steady per-trial wall time, with the ratio per-trial / in-process-per-candidate.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -25,9 +29,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bulk(exp, points: int, batch: int) -> list[tuple[str, float, float]]:
-    """(path, cold evals/s, warm evals/s) per path: the first pass fills the oracle's caches (kernel and
-    communication models per shape), the second pass over the same candidates finds them warm."""
+PER_CALL_POINTS = 1200
+"""Candidates of the one-candidate-per-call path (its rate does not depend on how many)."""
+
+
+def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list[tuple]:
+    """(path, cold evals/s, warm evals/s of each warm pass, load, CPU s) per path: the first pass fills the
+    oracle's caches (kernel and communication models per shape), the others over the same candidates find
+    them warm."""
     import ray
 
     from raytune_primus.pool import ScoringPool, score_in_process
@@ -38,24 +47,25 @@ def bulk(exp, points: int, batch: int) -> list[tuple[str, float, float]]:
     step = max(1, len(allp) // points)
     cands = allp[::step][:points]
 
-    def two_passes(fn) -> tuple[float, float, list]:
+    def passes(fn, cands=cands) -> tuple[float, list[float], list]:
         rates, out = [], None
-        for _ in range(2):
+        for _ in range(1 + max(1, warm_passes)):
             t = time.perf_counter()
             out = fn(cands)
             rates.append(len(cands) / (time.perf_counter() - t))
-        return rates[0], rates[1], out
+        return rates[0], rates[1:], out
 
-    cold, warm, ref = two_passes(lambda c: score_in_process(ev, exp.space.baseline, c, prefilter=True))
+    cold, warm, ref = passes(lambda c: score_in_process(ev, exp.space.baseline, c, prefilter=True))
     rows = [("in-process (1 core)", cold, warm, os.getloadavg()[0], None)]
     for workers, bsz in ((1, batch), (2, batch), (2, 1)):
-        with ScoringPool(ev, exp.space.baseline, num_actors=workers, batch_size=bsz) as pool:
+        with ScoringPool(ev, exp.space.baseline, num_actors=workers, batch_size=bsz, in_flight=in_flight) as pool:
             def cpu() -> float:  # CPU seconds of the actors and this driver: what the work costs, load aside
                 return sum(ray.get([a.cpu_s.remote() for a in pool.actors])) + time.process_time()
+            some = cands if bsz > 1 else cands[:PER_CALL_POINTS]  # one call per candidate: its rate, sooner
             c0 = cpu()
-            cold, warm, got = two_passes(pool.evaluate)
+            cold, warm, got = passes(pool.evaluate, some)
             cpu_s = cpu() - c0
-        assert got == ref, "pool results differ from in-process results"
+        assert got == ref[:len(some)], "pool results differ from in-process results"
         rows.append((f"pool, {workers} worker{'s' if workers > 1 else ''}, batch <= {bsz}", cold, warm,
                      os.getloadavg()[0], cpu_s))
     return rows
@@ -86,30 +96,43 @@ def tune_overhead(exp, budget: int) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--experiment", default="llama3.1-70b-h100-64")
-    ap.add_argument("--points", type=int, default=1200)
+    ap.add_argument("--points", type=int, default=20000,
+                    help="candidates (every legal point of the space when it has fewer; spread over it otherwise)")
+    ap.add_argument("--warm-passes", type=int, default=3)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--budget", type=int, default=30, help="Tune-path trials (0: bulk scoring only)")
     ap.add_argument("--cpus", type=int, default=None)
+    ap.add_argument("--in-flight", type=int, default=None,
+                    help="scoring calls queued on each actor at once (default: the pool's, DEFAULT_IN_FLIGHT)")
     args = ap.parse_args()
 
+    from oracle.collector import tune_bulk_process
     from raytune_primus.runtime import init_ray
     from searchers.experiment import load_experiment
+
+    tune_bulk_process()  # the in-process path as the command line runs it (the scorer actors do the same)
 
     exp = load_experiment(args.experiment)
     t = time.perf_counter()
     init_ray("local", num_cpus=args.cpus)
     print(f"embedded Ray up in {time.perf_counter() - t:.1f} s ({os.cpu_count()} cores here, load average "
           f"{os.getloadavg()[0]:.1f} before the run); experiment {exp.name}, {exp.space.size} legal points")
-    print(f"\n1. bulk scoring, {args.points} candidates (memory pre-filter + simulate projection), evals/s")
-    rows = bulk(exp, args.points, args.batch)
-    base = rows[0][2]
-    print(f"   {'path':<32} {'cold':>9} {'warm':>9}   warm vs in-process   load after   CPU s (actors + driver)")
+    from raytune_primus.pool import DEFAULT_IN_FLIGHT
+    in_flight = DEFAULT_IN_FLIGHT if args.in_flight is None else args.in_flight
+    print(f"\n1. bulk scoring, {args.points} candidates (memory pre-filter + simulate projection), evals/s; "
+          f"{in_flight} call(s) in flight per actor")
+    rows = bulk(exp, args.points, args.batch, in_flight, args.warm_passes)
+    med = statistics.median
+    base = med(rows[0][2])
+    print(f"   {'path':<32} {'cold':>9} {'warm':>9} {'(warm range)':>17}   warm vs in-process   load after   "
+          f"CPU s (actors + driver)")
     for name, cold, warm, load, cpu_s in rows:
-        print(f"   {name:<32} {cold:9,.0f} {warm:9,.0f}   x{warm / base:<18.2f} {load:<12.1f}"
+        spread = f"({min(warm):,.0f}-{max(warm):,.0f})"
+        print(f"   {name:<32} {cold:9,.0f} {med(warm):9,.0f} {spread:>17}   x{med(warm) / base:<18.2f} {load:<12.1f}"
               f"{'' if cpu_s is None else f'{cpu_s:.2f}'}")
     one, two = rows[1], rows[2]
-    print(f"   2 workers vs 1 worker (batches): cold x{two[1] / one[1]:.2f}, warm x{two[2] / one[2]:.2f} "
-          f"(wall-clock rates: meaningful only with two idle cores, see the load); CPU for the same work "
+    print(f"   2 workers vs 1 worker (batches): cold x{two[1] / one[1]:.2f}, warm x{med(two[2]) / med(one[2]):.2f} "
+          f"(medians; wall-clock rates: meaningful only with two idle cores, see the load); CPU for the same work "
           f"x{two[4] / one[4]:.2f}")
     if args.budget <= 0:
         return 0

@@ -36,7 +36,7 @@ import ray
 from oracle.collector import tune_bulk_process
 from oracle.config import RunConfig
 from oracle.projector import LayerTimeSource
-from raytune_primus.trainable import build_run, result_to_dict
+from raytune_primus.trainable import build_run, pack_result, result_to_dict
 from searchers.base import TrialResult
 from searchers.evaluator import memory_result, score_result, score_results
 
@@ -111,6 +111,23 @@ class Scorer:
     def memory_batch(self, batch: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
         """Pre-filter verdicts of a batch: None where the candidate fits, else its result dict."""
         return [self._prepare(v, True)[2] for v in batch]
+
+    def _base_training(self) -> dict[str, Any]:
+        base = getattr(self, "_base", None)
+        if base is None:
+            base = self._base = self.baseline.to_dict()["training"]
+        return base
+
+    def score_packed(self, batch: Sequence[Mapping[str, Any]], prefilter: bool = False) -> list[tuple | None]:
+        """:meth:`score_batch` packed for the wire (:func:`~raytune_primus.trainable.pack_result`): what the
+        pool calls."""
+        base = self._base_training()
+        return [pack_result(d, v, base) for d, v in zip(self.score_batch(batch, prefilter), batch)]
+
+    def memory_packed(self, batch: Sequence[Mapping[str, Any]]) -> list[tuple | None]:
+        """:meth:`memory_batch` packed for the wire."""
+        base = self._base_training()
+        return [pack_result(d, v, base) for d, v in zip(self.memory_batch(batch), batch)]
 
     def serve(self, values: Mapping[str, Any], prefilter: bool = False) -> dict[str, Any]:
         """:meth:`score` plus 'worker': where it ran (node, pid, GPU ids), for the trial's metrics."""

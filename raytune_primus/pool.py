@@ -1,12 +1,16 @@
 """Bulk scoring over every node of a Ray cluster: exhaustive sweeps, pre-filtering, multi-seed runs.
 
-A simulate-mode projection costs about a millisecond; a Tune trial costs tens of milliseconds to
-seconds (``docs/ray.md``). Bulk work therefore goes to a :class:`ScoringPool`: ``num_actors``
+A simulate-mode projection costs 0.1-1 ms; a Tune trial costs tens of milliseconds to seconds
+(``docs/ray.md``). Bulk work therefore goes to a :class:`ScoringPool`: ``num_actors``
 :class:`~raytune_primus.actors.Scorer` actors placed with the SPREAD strategy (so every node gets
 some) and fed *batches* of candidates (at most ``batch_size``, default 500, and at least two batches per
-actor), one actor call per batch. Each candidate has a preferred actor (:func:`shards`: deterministic,
-candidates with the same layer shapes together), so a second pass over the same candidates finds that
-actor's caches warm; an actor out of its own batches takes another's last one.
+actor and call it holds), one actor call per batch, ``in_flight`` (2) calls queued on each actor at once
+so that it never waits for the driver between batches. Each candidate has a preferred actor (:func:`shards`:
+deterministic, candidates with the same layer shapes together), so a second pass over the same candidates
+finds that actor's caches warm; an actor with nothing queued and none of its own left takes another's last
+batch (the last batches of each actor are cut in quarters, :func:`tail_chunks`, so the two end together).
+Results cross back packed (:func:`~raytune_primus.trainable.pack_result`: the training a candidate was sent
+is not sent back) and are read as they arrive, while the actors score the next batches.
 
 Results are exactly what the in-process path computes (the same ``memory_result`` /
 ``score_result`` helpers, in input order)::
@@ -26,6 +30,7 @@ search of a comparison resumes from its own ledger). A call that has not answere
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,6 +41,9 @@ from oracle.errors import PrimusError
 from searchers.base import TrialResult
 
 DEFAULT_BATCH = 500
+DEFAULT_IN_FLIGHT = 2
+"""Scoring calls queued on each actor at once: the next batch waits on the actor while it scores one, so it
+never idles while the driver collects a result and sends more (``benchmarks/bench_ray.py``)."""
 DEFAULT_CALL_TIMEOUT_S = 3600.0
 """Longest one actor call may take before its actor is taken for hung (a batch of 500 simulate-mode
 projections takes about a second; a whole search of a comparison, minutes)."""
@@ -47,17 +55,31 @@ def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+def tail_chunks(items: Sequence[Any], size: int, tail_batches: int) -> list[Sequence[Any]]:
+    """``items`` cut into consecutive pieces of ``size``, but the last ``tail_batches`` such pieces' worth into
+    pieces of a quarter of that (at least 1): the same items, in order."""
+    size = max(1, int(size))
+    cut = max(0, math.ceil(len(items) / size) - max(0, int(tail_batches))) * size
+    return chunks(items[:cut], size) + chunks(items[cut:], max(1, size // 4))
+
+
 PLAN_AXES = frozenset({"pp", "vpp", "pp_schedule", "use_distributed_optimizer", "fsdp"})
 """Axes that change a candidate's pipeline plan or optimizer, not the layer shapes the oracle prices (and
 caches per process): candidates that differ only in these go to the same actor (:func:`shards`)."""
 
 
-def affinity_key(candidate: Any) -> tuple:
-    """What decides which actor's caches a candidate can reuse: its values without :data:`PLAN_AXES`
-    (() for a candidate that is not a mapping: no affinity)."""
+def affinity_key(candidate: Any) -> Any:
+    """What decides which actor's caches a candidate can reuse: its values without :data:`PLAN_AXES` (a set of
+    items; their reprs where a value cannot be hashed; () for a candidate that is not a mapping: no affinity)."""
     if not isinstance(candidate, Mapping):
         return ()
-    return tuple(sorted((k, repr(v)) for k, v in candidate.items() if k not in PLAN_AXES))
+    rest = dict(candidate)
+    for k in PLAN_AXES:
+        rest.pop(k, None)
+    try:
+        return frozenset(rest.items())
+    except TypeError:
+        return tuple(sorted((k, repr(v)) for k, v in candidate.items() if k not in PLAN_AXES))
 
 
 def shards(candidates: Sequence[Any], n: int) -> list[list[int]]:
@@ -87,7 +109,7 @@ class ScoringPool:
     def __init__(self, evaluator: Any, baseline: RunConfig, *, num_actors: int | None = None,
                  batch_size: int = DEFAULT_BATCH, num_cpus: float = 0, strategy: str = "SPREAD",
                  max_retries: int = 2, max_replacements: int | None = None,
-                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
+                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, in_flight: int = DEFAULT_IN_FLIGHT) -> None:
         from raytune_primus.actors import start_scorers
         from raytune_primus.runtime import cluster_cpus
 
@@ -102,21 +124,25 @@ class ScoringPool:
                                  else max(0, int(max_replacements)))
         """Fresh actors started, over the pool's life, in place of dead ones."""
         self.call_timeout_s = float(call_timeout_s)
+        self.in_flight = max(1, int(in_flight))
+        """Scoring calls queued on one actor at once (:meth:`_dispatch`'s ``depth``; ``map`` sends one)."""
         self.actors = start_scorers(evaluator, baseline, self.num_actors, num_cpus=num_cpus, strategy=strategy)
         self.calls = 0
         self.dropped = 0
         """Actors found dead (or hung) and dropped."""
         self.replaced = 0
         self.retried = 0
-        """Work items put back in the queue after their actor died."""
+        """Work items put back in the queue after their actor died running them (the calls queued behind them
+        on it go back too, not counted here)."""
         self.failures: list[str] = []
         """One line per item given up on (its actor died ``max_retries`` + 1 times)."""
 
     # ------------------------------------------------------------------ generic
     def batch_for(self, n: int) -> int:
         """Candidates per actor call for ``n`` candidates: ``batch_size``, but small enough that every
-        actor gets at least two batches (a single big batch would leave the others idle)."""
-        return max(1, min(self.batch_size, math.ceil(n / (2 * len(self.actors) or 1))))
+        actor gets at least two batches per call it holds at once (a single big batch would leave the others
+        idle, and an actor whose batches were all sent at the start could not take over another's)."""
+        return max(1, min(self.batch_size, math.ceil(n / (2 * self.in_flight * len(self.actors) or 1))))
 
     def _replace(self, dead: Any) -> Any | None:
         """Drop ``dead``; start a fresh actor in its place while replacements are left (None otherwise)."""
@@ -137,16 +163,22 @@ class ScoringPool:
         return fresh
 
     def _dispatch(self, submit: Callable[[Any, Any], Any], items: list[Any], *, splittable: bool,
-                  on_failure: Callable[[Any, str], Any], prefer: Sequence[int] | None = None) -> list[Any]:
+                  on_failure: Callable[[Any, str], Any], prefer: Sequence[int] | None = None,
+                  depth: int = 1, convert: Callable[[int, Any], Any] | None = None) -> list[Any]:
         """Run ``submit(actor, item)`` for every item on the live actors; results in input order.
 
         ``prefer[i]``: the actor (index into ``self.actors``) item i should go to (:func:`shards`); an actor
-        with none of its own left takes the last queued item of the actor with the most left. Without it,
-        items go first come, first served.
+        with nothing in flight and none of its own left takes the last queued item of the actor with the most
+        left. Without it, items go first come, first served.
+        ``depth``: calls queued on an actor at once (an actor runs them in order): at 2 its next batch is
+        already there when one ends, so it never waits for this driver to collect a result and send more.
         An item whose actor dies is queued again (whole once, then - ``splittable`` sequences - cut in
         halves; a replacement actor takes over the dead one's items); one that cannot be cut and has seen
         ``max_retries`` + 1 deaths becomes ``on_failure(item, reason)`` (a list of results for a sequence,
-        one result otherwise).
+        one result otherwise). Only the call the actor was running when it died is held against its item;
+        the calls queued behind it go back as they were.
+        ``convert(offset, answer)``: applied to each answer (or ``on_failure``'s) as it comes in, while the actors
+        work on the next ones.
         """
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -157,52 +189,103 @@ class ScoringPool:
         for i, item in enumerate(items):
             queue.append((offset, item, 0, None if prefer is None else prefer[i]))
             offset += len(item) if splittable else 1
+        depth = max(1, int(depth))
         out: dict[int, Any] = {}
+
+        def keep(off: int, answer: Any) -> None:
+            out[off] = answer if convert is None else convert(off, answer)
+
         slot = {id(a): i for i, a in enumerate(self.actors)}
-        idle = list(self.actors)
-        running: dict[Any, tuple[int, Any, int, Any, float, int | None]] = {}
+        # calls in flight per actor, oldest (the one it runs) first; the clock of a call starts when the
+        # call ahead of it on its actor ends
+        flight: dict[int, collections.deque[Any]] = {id(a): collections.deque() for a in self.actors}
+        running: dict[Any, tuple[int, Any, int, Any, int | None]] = {}
+        started: dict[Any, float] = {}
+
+        def fill() -> None:
+            for actor in list(self.actors):
+                calls = flight.setdefault(id(actor), collections.deque())
+                while queue and len(calls) < depth:
+                    entry = self._take(queue, slot.get(id(actor)), steal=not calls)
+                    if entry is None:
+                        break
+                    off, item, deaths, pref = entry
+                    self.calls += 1
+                    ref = submit(actor, item)
+                    running[ref] = (off, item, deaths, actor, pref)
+                    if not calls:
+                        started[ref] = time.monotonic()
+                    calls.append(ref)
+
+        def finish(ref: Any) -> None:
+            actor = running.pop(ref)[3]
+            calls = flight[id(actor)]
+            calls.remove(ref)
+            if calls and calls[0] not in started:
+                started[calls[0]] = time.monotonic()
+            started.pop(ref, None)
+
+        def died(ref: Any, why: str) -> None:
+            """The actor of ``ref`` is dead or hung: collect what it answered, blame the call it was running,
+            queue the others again as they were, replace it."""
+            actor = running[ref][3]
+            blamed, back = None, []
+            for r in list(flight.pop(id(actor))):
+                off, item, deaths, _, pref = running.pop(r)
+                started.pop(r, None)
+                if blamed is None:
+                    try:
+                        keep(off, ray.get(r, timeout=0))  # it answered before it died
+                        continue
+                    except (RayActorError, GetTimeoutError):
+                        blamed = (off, item, deaths, pref)
+                        continue
+                back.append((off, item, deaths, pref))
+            queue.extendleft(reversed(back))
+            fresh = self._replace(actor)
+            if fresh is not None:
+                if id(actor) in slot:
+                    slot[id(fresh)] = slot[id(actor)]
+                flight[id(fresh)] = collections.deque()
+            # the other actors handed out before may have died with it (a lost node): they are
+            # found out when their own calls fail, and replaced then
+            if blamed is None:
+                return
+            off, item, deaths, pref = blamed
+            self.retried += 1
+            if splittable and deaths >= 1 and len(item) > 1:
+                half = len(item) // 2
+                queue.extendleft([(off + half, item[half:], deaths, pref), (off, item[:half], deaths, pref)])
+            elif deaths < self.max_retries:
+                queue.appendleft((off, item, deaths + 1, pref))
+            else:
+                reason = (f"the oracle actor scoring it died {deaths + 1} times (last: {why}); "
+                          f"given up after {self.max_retries} retries")
+                self.failures.append(reason)
+                keep(off, on_failure(item, reason))
+
         while queue or running:
-            while queue and idle:
-                actor = idle.pop()
-                off, item, deaths, pref = self._take(queue, slot.get(id(actor)))
-                self.calls += 1
-                running[submit(actor, item)] = (off, item, deaths, actor, time.monotonic(), pref)
+            fill()
             if not running:  # work left, no actor left
                 for off, item, *_ in queue:
-                    out[off] = on_failure(item, "no live oracle actor is left to score it")
+                    keep(off, on_failure(item, "no live oracle actor is left to score it"))
                 queue.clear()
                 break
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             now = time.monotonic()
-            hung = [r for r, v in running.items() if r not in ready and now - v[4] > self.call_timeout_s]
+            hung = [r for r, t in started.items() if r not in ready and now - t > self.call_timeout_s]
             for ref in ready + hung:
-                off, item, deaths, actor, _, pref = running.pop(ref)
+                if ref not in running:  # went with its dead actor
+                    continue
                 try:
                     if ref in hung:
                         raise GetTimeoutError(f"no answer in {self.call_timeout_s:g} s")
-                    out[off] = ray.get(ref)
-                    idle.append(actor)
+                    keep(running[ref][0], ray.get(ref))
+                    finish(ref)
                     continue
                 except (RayActorError, GetTimeoutError) as exc:
                     why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
-                fresh = self._replace(actor)
-                if fresh is not None:
-                    if id(actor) in slot:
-                        slot[id(fresh)] = slot[id(actor)]
-                    idle.append(fresh)
-                # the other actors handed out before may have died with it (a lost node): they are
-                # found out when their own calls fail, and replaced then
-                self.retried += 1
-                if splittable and deaths >= 1 and len(item) > 1:
-                    half = len(item) // 2
-                    queue.extend([(off, item[:half], deaths, pref), (off + half, item[half:], deaths, pref)])
-                elif deaths < self.max_retries:
-                    queue.append((off, item, deaths + 1, pref))
-                else:
-                    reason = (f"the oracle actor scoring it died {deaths + 1} times (last: {why}); "
-                              f"given up after {self.max_retries} retries")
-                    self.failures.append(reason)
-                    out[off] = on_failure(item, reason)
+                died(ref, why)
         result: list[Any] = []
         for off in sorted(out):
             part = out[off]
@@ -213,14 +296,17 @@ class ScoringPool:
         return result
 
     @staticmethod
-    def _take(queue: collections.deque, slot: int | None) -> tuple[int, Any, int, int | None]:
+    def _take(queue: collections.deque, slot: int | None, *, steal: bool = True
+              ) -> tuple[int, Any, int, int | None] | None:
         """The next work item for the actor in ``slot``: the first one it is preferred for (or that has no
-        preference), else the last one of the actor with the most items queued (stealing from the end keeps
-        the other actor's next items, and their warm caches, for it)."""
+        preference), else (``steal``) the last one of the actor with the most items queued (stealing from the
+        end keeps the other actor's next items, and their warm caches, for it), else None."""
         for i, entry in enumerate(queue):
             if entry[3] is None or entry[3] == slot:
                 del queue[i]
                 return entry
+        if not steal:
+            return None
         left = collections.Counter(e[3] for e in queue)
         most = max(left, key=lambda p: (left[p], -p))
         i = max(i for i, e in enumerate(queue) if e[3] == most)
@@ -230,14 +316,17 @@ class ScoringPool:
 
     def plan(self, candidates: Sequence[Any]) -> tuple[list[int], list[list[Any]], list[int]]:
         """(input index of each candidate in dispatch order, batches in that order, preferred actor per batch):
-        each actor's :func:`shards` cut into batches of :meth:`batch_for` the whole call."""
+        each actor's :func:`shards` cut into batches of :meth:`batch_for` the whole call, the last ``in_flight``
+        batches' worth of each shard in quarter batches (:func:`tail_chunks`): an actor's queue holds at most that
+        many at the end, and the actor that ends first takes over the rest of another's in small pieces (batches
+        already on an actor's queue are its own; only those still here can move)."""
         size = self.batch_for(len(candidates))
         order: list[int] = []
         batches: list[list[Any]] = []
         prefer: list[int] = []
         for a, idx in enumerate(shards(candidates, len(self.actors))):
             order.extend(idx)
-            for part in chunks(idx, size):
+            for part in tail_chunks(idx, size, self.in_flight):
                 batches.append([candidates[i] for i in part])
                 prefer.append(a)
         return order, batches, prefer
@@ -256,15 +345,28 @@ class ScoringPool:
             out.append(result_to_dict(TrialResult(status="failed", key=key, training=training, reason=reason)))
         return out
 
-    def _scored(self, method: str, candidates: Sequence[Any], *extra: Any) -> list[Any]:
-        """``method`` over every candidate, batched by :meth:`plan`: one result dict per candidate, in order."""
+    def _scored(self, method: str, candidates: Sequence[Any], *extra: Any) -> list[TrialResult | None]:
+        """``method`` (a packed one: :func:`~raytune_primus.trainable.pack_result`) over every candidate, batched
+        by :meth:`plan`: one result (or None) per candidate, in order."""
+        from raytune_primus.trainable import unpack_result
+
         order, batches, prefer = self.plan(candidates)
+        base = self._base_training
+
+        def read(off: int, rows: Sequence[Any]) -> list[TrialResult | None]:  # as each batch comes in
+            return [unpack_result(row, candidates[i], base) for row, i in zip(rows, order[off:off + len(rows)])]
+
         flat = self._dispatch(lambda a, b: getattr(a, method).remote(list(b), *extra), batches,
-                              splittable=True, on_failure=self._failed_dicts, prefer=prefer)
-        out: list[Any] = [None] * len(candidates)
-        for i, d in zip(order, flat):
-            out[i] = d
+                              splittable=True, on_failure=self._failed_dicts, prefer=prefer, depth=self.in_flight,
+                              convert=read)
+        out: list[TrialResult | None] = [None] * len(candidates)
+        for i, r in zip(order, flat):
+            out[i] = r
         return out
+
+    @functools.cached_property
+    def _base_training(self) -> dict[str, Any]:
+        return self.baseline.to_dict()["training"]
 
     def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
         """``[fn(item) for item in items]`` with every call on some pool actor (in input order);
@@ -280,9 +382,7 @@ class ScoringPool:
     # ------------------------------------------------------------------ scoring
     def score(self, candidates: Sequence[Mapping[str, Any]], *, prefilter: bool = False) -> list[TrialResult]:
         """Score every candidate (training dicts or points), in order; no pre-filter unless asked."""
-        from raytune_primus.trainable import result_from_dict
-
-        return [result_from_dict(d) for d in self._scored("score_batch", list(candidates), prefilter)]
+        return self._scored("score_packed", list(candidates), prefilter)  # type: ignore[return-value]
 
     def evaluate(self, candidates: Sequence[Mapping[str, Any]]) -> list[TrialResult]:
         """Memory pre-filter then score, per candidate (what a driver does with a legal new candidate)."""
@@ -290,9 +390,7 @@ class ScoringPool:
 
     def memory(self, candidates: Sequence[Mapping[str, Any]]) -> list[TrialResult | None]:
         """Pre-filter verdicts: None where a candidate fits under the memory cap, else its result."""
-        from raytune_primus.trainable import result_from_dict
-
-        return [None if d is None else result_from_dict(d) for d in self._scored("memory_batch", list(candidates))]
+        return self._scored("memory_packed", list(candidates))
 
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
         """(best scored result over every legal point of ``space``, number of points that fit)."""

@@ -22,3 +22,51 @@ def test_a_scorer_loads_the_compiled_replay_at_warm_up_unless_off():
     with jit("off"):
         Scorer(OracleEvaluator(), base).warm_up()
         assert _jit._state["fn"] is None
+
+
+def test_packed_results_come_back_equal_and_in_order(tiny):
+    """What a scorer sends the pool (``score_packed`` / ``memory_packed``, :func:`pack_result`) reads back
+    (:func:`unpack_result`) as the very results ``score_batch`` / ``memory_batch`` give: every status, the training
+    dict equal, in the same key order, value types included; the training travels as AS_SENT only when it is the
+    baseline's with the candidate's values, and whole otherwise (a value the run coerced, a key the candidate
+    did not set that the run changed)."""
+    import pickle
+
+    from raytune_primus.actors import Scorer
+    from raytune_primus.trainable import AS_SENT, RESULT_FIELDS, pack_result, result_from_dict, unpack_result
+    from searchers.evaluator import OracleEvaluator
+    from tests.raytune_primus.conftest import SmallCapEvaluator
+
+    base = tiny.space.baseline
+    cands = [tiny.space.values_of(p) for p in tiny.space.points[::7]]
+    cands += [{"tp": 3}, {"pp": "two"}, {"_private": 1, "mbs": 2}]  # illegal, unbuildable, a private key
+    base_t = base.to_dict()["training"]
+    for ev in (OracleEvaluator("simulate"), SmallCapEvaluator()):
+        s = Scorer(ev, base)
+        for path, plain, packed in (("score", s.score_batch(cands, True), s.score_packed(cands, True)),
+                                    ("memory", s.memory_batch(cands), s.memory_packed(cands))):
+            packed = pickle.loads(pickle.dumps(packed))  # as it crosses to the pool
+            assert len(packed) == len(plain) == len(cands)
+            for d, row, v in zip(plain, packed, cands):
+                got = unpack_result(row, v, base_t)
+                if d is None:
+                    assert row is None and got is None
+                    continue
+                want = result_from_dict(d)
+                assert got == want
+                if want.training is not None:
+                    assert list(got.training) == list(want.training)
+                    assert [type(x) for x in got.training.values()] == [type(x) for x in want.training.values()]
+            statuses = {r[0] for r in packed if r is not None}
+            assert statuses & {"illegal", "failed"}
+            assert statuses & {"ok", "rejected"} if path == "score" else None in packed  # memory: None fits
+            assert sum(r is not None and r[RESULT_FIELDS.index("training")] is AS_SENT for r in packed) >= (
+                3 if path == "score" else 1)
+    # sent whole where the rebuilt dict would differ: a coerced value (1 for True), or a key the run changed
+    d = {f: None for f in RESULT_FIELDS}
+    d.update(status="ok", key="k", training={**base_t, "tp": 2, "fsdp": True})
+    for values in ({"tp": 2, "fsdp": 1}, {"tp": 2}):
+        row = pack_result(d, values, base_t)
+        assert row[RESULT_FIELDS.index("training")] == d["training"]
+        assert unpack_result(row, values, base_t) == result_from_dict(d)
+    assert pack_result(d, {"tp": 2, "fsdp": True}, base_t)[RESULT_FIELDS.index("training")] is AS_SENT
