@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle.collector import tune_bulk_process
-from oracle.errors import PrimusError, clip
+from oracle.errors import InvalidConfigError, PrimusError, clip
 from oracle.units import GIB
 
 EXIT_USAGE = 2
@@ -91,7 +91,16 @@ def _project_run(args: argparse.Namespace):
         if isinstance(data, dict) and data.get("recipe") is not None:
             raise _usage("the config file has a recipe section and --megatron-args gives another: use one")
         data = {**data, "recipe": dict(pairs)}
-    return RunConfig.from_dict(apply_overrides(data, args.set), where="config")
+    try:
+        return RunConfig.from_dict(apply_overrides(data, args.set), where="config")
+    except InvalidConfigError as exc:
+        batch = [k for k in ("seq_len", "gbs") if any(f"missing required key {k!r}" in p for p in exc.problems)]
+        if args.config or not batch:
+            raise
+        # no file: the flags name the model and the cluster, the batch is the user's to give
+        raise InvalidConfigError(exc.problems + [
+            f"give the batch with {' '.join(f'--set {k}=...' for k in batch)} (e.g. --set seq_len=4096 --set gbs=256) "
+            f"or --megatron-args \"--seq-length 4096 --global-batch-size 256 ...\""]) from None
 
 
 def _print_recipe(run) -> None:

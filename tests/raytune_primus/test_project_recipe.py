@@ -66,3 +66,18 @@ def test_a_bad_recipe_value_is_one_line(tmp_path, capsys):
     assert len(err.strip().splitlines()) <= 2
     code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--megatron-args=--bf16")
     assert code == 2 and "--hardware" in err and "--num-gpus" in err
+
+
+def test_flags_without_a_batch_say_how_to_give_it(capsys):
+    """--model/--hardware/--num-gpus name the model and the cluster; the missing batch is one hint, naming the flags
+    that give it, and those flags then project."""
+    code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--hardware", "mi355x", "--num-gpus", "8")
+    assert code == 2 and "Traceback" not in err
+    assert "missing required key 'seq_len'" in err and "--set seq_len=... --set gbs=..." in err
+    assert "--megatron-args" in err
+    code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--hardware", "mi355x", "--num-gpus", "8",
+                             "--set", "gbs=64")
+    assert code == 2 and "--set seq_len=..." in err and "--set gbs=..." not in err
+    code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--hardware", "mi355x", "--num-gpus", "8",
+                             "--set", "seq_len=4096", "--set", "gbs=64", "--set", "ep=8")
+    assert code == 0 and "tokens/s/GPU" in out, err
