@@ -20,7 +20,7 @@ exactly under ``MemoryAssumptions(flash_attention=False, dropout=True)`` (tests/
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -505,12 +505,38 @@ class Blocks:
         return self._part("moe" if kind == "moe" else "dense")  # type: ignore[return-value]
 
 
+def _edge_key(s: Shape) -> tuple:
+    """What the embedding and output-head blocks read of a shape: their tensors' token counts, the vocabulary's
+    tensor-parallel split and whose kernels save them (``embedding_ops``, ``output_ops``, ``_norm_op``: the layer
+    sizes, experts, dtypes and dispatcher of the op graph do not enter them). Shapes that differ only elsewhere
+    share the two blocks (tests/oracle/test_activations_opgraph.py builds them again for every shape of several
+    spaces and compares)."""
+    g = s.graph
+    return g.T, g.T_sp, g.tp, g.framework, g.eager
+
+
+_EDGE_BLOCKS: dict[tuple, Block] = {}
+
+
+def _edge_part(name: str, build: Callable[[ModelCard, Shape], Block]) -> Callable[[ModelCard, Shape], Block]:
+    """``build`` cached on (card, :func:`_edge_key`): a search's new shapes mostly repeat their edges."""
+    def part(card: ModelCard, s: Shape) -> Block:
+        key = (name, card, *_edge_key(s))
+        hit = _EDGE_BLOCKS.get(key)
+        if hit is None:
+            if len(_EDGE_BLOCKS) > 4096:
+                _EDGE_BLOCKS.clear()
+            hit = _EDGE_BLOCKS[key] = build(card, s)
+        return hit
+    return part
+
+
 _BLOCK_PARTS = {
     "dense": lambda card, s: _layer(card, s, "dense"),
     "moe": lambda card, s: _layer(card, s, "moe") if card.is_moe else None,
-    "embedding": _embedding,
-    "head": lambda card, s: _head(card, s, True),
-    "head_no_weight": lambda card, s: _head(card, s, False),
+    "embedding": _edge_part("embedding", _embedding),
+    "head": _edge_part("head", lambda card, s: _head(card, s, True)),
+    "head_no_weight": _edge_part("head_no_weight", lambda card, s: _head(card, s, False)),
 }
 
 
