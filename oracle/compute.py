@@ -199,8 +199,30 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
 _EDGE_OPS = {"embedding": embedding_ops, "output": output_ops}
 
 
-@lru_cache(maxsize=4096)
+def _edge_key(shapes: Shapes) -> tuple:
+    """What the embedding's and the output's op graphs read of the shapes (``embedding_ops``, ``output_ops``,
+    ``_norm_op``): the token counts, whose kernels, the logits GEMM's dtype and its weight-gradient traffic (the
+    layers' sizes, experts and dispatcher do not enter them). tests/oracle/test_compute_edges.py prices them again
+    for every shape of several spaces and compares."""
+    return shapes.T, shapes.T_sp, shapes.framework, shapes.eager, shapes.output_dtype, shapes.wgrad_c_bytes
+
+
+_EDGE_SUMS: dict[tuple, tuple[list[Op], float, float, float]] = {}
+
+
 def _edge_sums(hw, card, shapes: Shapes, which: str, *args) -> tuple[list[Op], float, float, float]:
+    """:func:`_price_edge`, cached on (part, card, args, :func:`_edge_key`): a search's new shapes mostly repeat
+    their edges (TypeError for an unhashable card)."""
+    key = (hw, card, which, args, *_edge_key(shapes))
+    hit = _EDGE_SUMS.get(key)
+    if hit is None:
+        if len(_EDGE_SUMS) > 4096:
+            _EDGE_SUMS.clear()
+        hit = _EDGE_SUMS[key] = _price_edge(hw, card, shapes, which, *args)
+    return hit
+
+
+def _price_edge(hw, card, shapes: Shapes, which: str, *args) -> tuple[list[Op], float, float, float]:
     """(ops, forward, input-gradient, weight-gradient device seconds) of the embedding's or output's op graph
     (``LayerModel._dev`` without the unfused gradient accumulation, which the caller adds)."""
     ops = _EDGE_OPS[which](card, shapes, *args)
@@ -469,7 +491,7 @@ class LayerModel:
             try:
                 ops, f, b, w = _edge_sums(self.hw, self.m, self.shapes, which, *args)
             except TypeError:  # an unhashable card: priced uncached
-                ops, f, b, w = _edge_sums.__wrapped__(self.hw, self.m, self.shapes, which, *args)
+                ops, f, b, w = _price_edge(self.hw, self.m, self.shapes, which, *args)
             return f, b, w + self.grad_accumulate_s(ops)
         return self._dev(_EDGE_OPS[which](self.m, self.shapes, *args))
 
