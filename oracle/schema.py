@@ -124,11 +124,30 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _schema(cls: type) -> tuple[dict[str, Any], list[dataclasses.Field], list[str]]:
-    """(type hints, init fields, their names) of dataclass ``cls``: resolved once per class (``get_type_hints``
-    evaluates every string annotation, most of a ``from_dict``'s time when done per call)."""
+def _schema(cls: type) -> tuple[dict[str, Any], list[dataclasses.Field], list[str], frozenset[str]]:
+    """(type hints, init fields, their names, the names whose coercion depends on the value alone) of dataclass
+    ``cls``: resolved once per class (``get_type_hints`` evaluates every string annotation, most of a
+    ``from_dict``'s time when done per call)."""
     fields = [f for f in dataclasses.fields(cls) if f.init]
-    return typing.get_type_hints(cls, include_extras=True), fields, [f.name for f in fields]
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return hints, fields, [f.name for f in fields], frozenset(f.name for f in fields if _static(hints[f.name]))
+
+
+def _static(annotation: Any) -> bool:
+    """Whether :func:`coerce` of a value against ``annotation`` depends on the value alone: not where a
+    :class:`OneOf` reads a registry (a schedule can be registered and unregistered)."""
+    if any(isinstance(m, OneOf) for m in getattr(annotation, "__metadata__", ())):
+        return False
+    return all(_static(a) for a in get_args(annotation) if not isinstance(a, (str, int, float, bool)))
+
+
+_COERCED: dict[tuple, Any] = {}
+"""(class, field, value's type, value) -> what :func:`coerce` made of it: only successes, only values of
+:data:`_SCALARS`, only fields whose coercion depends on the value alone (``_schema``); a refused value is checked
+again, so its message names its own place."""
+_MISSING = object()
+_SCALARS = frozenset({str, int, bool, type(None)})
+"""Value types whose equal values are interchangeable (a float is not: -0.0 == 0.0)."""
 
 
 def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] | None = None) -> T:
@@ -139,18 +158,32 @@ def from_dict(cls: type[T], data: Any, where: str, *, extra_problems: list[str] 
     if not isinstance(data, dict):
         raise InvalidConfigError(f"{where} must be a mapping of keys to values, got a "
                                  f"{type(data).__name__}: {data!r}")
-    hints, fields, names = _schema(cls)
+    hints, fields, names, static = _schema(cls)
     problems = list(extra_problems or [])
     problems += unknown_key_problems(data, names, where)
     kwargs: dict[str, Any] = {}
     for f in fields:
-        if f.name in data:
-            try:
-                kwargs[f.name] = coerce(data[f.name], hints[f.name], f"{where}.{f.name}")
-            except ValueError as exc:
-                problems.append(clip(str(exc)))
+        name = f.name
+        if name in data:
+            value = data[name]
+            key, out = None, _MISSING
+            if name in static and value.__class__ in _SCALARS:
+                # a value this field coerced before (a bulk reader meets the same values again and again)
+                key = (cls, name, value.__class__, value)
+                out = _COERCED.get(key, _MISSING)
+            if out is _MISSING:
+                try:
+                    out = coerce(value, hints[name], f"{where}.{name}")
+                except ValueError as exc:
+                    problems.append(clip(str(exc)))
+                    continue
+                if key is not None:
+                    if len(_COERCED) > 65536:
+                        _COERCED.clear()
+                    _COERCED[key] = out
+            kwargs[name] = out
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            problems.append(f"{where}: missing required key {f.name!r}")
+            problems.append(f"{where}: missing required key {name!r}")
     if problems:
         raise InvalidConfigError(problems)
     return cls(**kwargs)

@@ -196,3 +196,37 @@ def test_memory_margin_sets_the_fits_threshold():
         d["cluster"]["memory_margin"] = bad
         with pytest.raises(InvalidConfigError, match=r"memory_margin=.*must be a number in \[0, 1\)"):
             RunConfig.from_dict(d)
+
+
+def test_a_coerced_value_is_read_again_the_same_and_a_registry_choice_is_checked_each_time():
+    """``schema.from_dict`` keeps what it coerced of a scalar (a bulk reader meets the same values again): a second
+    read of the same mapping gives the same config, string spellings included, refused values are refused again
+    with their own place, floats are coerced each time (-0.0 keeps its sign) and a choice read from a registry
+    (the pipeline schedule) is checked again: an unregistered schedule is refused though it was read before."""
+    import math
+
+    from oracle.pipeline.schedules import register, unregister
+    from oracle.pipeline.schedules.one_f_one_b import fb_sequence
+    from oracle.schema import coerce
+
+    data = {"seq_len": "4096", "gbs": 64.0, "tp": 2, "precision": "BF16", "sequence_parallel": "yes",
+            "moe_imbalance": -0.0, "recompute": "selective"}
+    first, again = from_dict(TrainingConfig, dict(data), "t"), from_dict(TrainingConfig, dict(data), "t")
+    assert first == again and (again.seq_len, again.gbs, again.precision, again.sequence_parallel) == (
+        4096, 64, "bf16", True)
+    assert math.copysign(1.0, again.moe_imbalance) == -1.0 == math.copysign(1.0, from_dict(
+        TrainingConfig, {**data, "moe_imbalance": 0.0}, "t").moe_imbalance) * -1
+    assert from_dict(TrainingConfig, {"seq_len": 1, "gbs": 1, "tp": 3}, "t").tp == coerce(3, int, "tp")
+    for where in ("a", "b"):
+        with pytest.raises(InvalidConfigError, match=f"{where}.tp='x' must be an integer"):
+            from_dict(TrainingConfig, {"seq_len": 1, "gbs": 1, "tp": "x"}, where)
+
+    @register("toy2", layout="interleaved", splits_bw=False, vpp_rule="one", in_flight=lambda pp, vpp, m, r: 1.0)
+    def build(pp, vpp, m):
+        return [fb_sequence(pp, r, m) for r in range(pp)]
+    try:
+        assert from_dict(TrainingConfig, {"seq_len": 1, "gbs": 1, "pp_schedule": "toy2"}, "t").pp_schedule == "toy2"
+    finally:
+        unregister("toy2")
+    with pytest.raises(InvalidConfigError, match="toy2"):
+        from_dict(TrainingConfig, {"seq_len": 1, "gbs": 1, "pp_schedule": "toy2"}, "t")
