@@ -135,22 +135,10 @@ def test_embedding_and_head_blocks_are_shared_only_where_they_are_equal():
     """The embedding and output-head blocks are cached on what they read of a shape (``_edge_key``): for every
     shape of a sample of several spaces (MoE and dense, TP/CP/EP/MBS/precision/dispatcher, Megatron and TorchTitan
     eager and compiled) the cached block equals the one its builder makes for that shape, field by field."""
-    import random
+    from tests.oracle.test_compute_edges import edge_sample_runs
 
-    from searchers.space import SearchSpace
-
-    specs = [("mixtral-8x22b", "mi355x", 32, {"seq_len": 4096, "gbs": 256}),
-             ("deepseek-v2-lite", "h100-sxm", 16, {"seq_len": 2048, "gbs": 128}),
-             ("llama3-8b", "h100-sxm", 8, {"seq_len": 8192, "gbs": 64})]
-    runs = []
-    for model, hw, n, t in specs:
-        base = RunConfig.from_dict({"model": model, "cluster": {"hardware": hw, "num_gpus": n}, "training": t})
-        sp = SearchSpace(base, restrict={"precision": ["bf16", "fp8"]})
-        runs += [sp.run_of(p) for p in random.Random(0).sample(sp.points, min(150, len(sp.points)))]
-    tt = make("llama3-8b", num_gpus=8, framework="torchtitan", fsdp=True)
-    runs += [tt, tt.with_training(torch_compile=True), tt.with_training(tp=2)]
     activations._EDGE_BLOCKS.clear()
-    shapes = {shape_of(r): r for r in runs}
+    shapes = {shape_of(r): r for r in edge_sample_runs()}
     keys = {activations._edge_key(s) for s in shapes}
     assert len(shapes) > 2 * len(keys) and len({k[3:] for k in keys}) >= 3  # shared often; 3 kernel kinds
     for s, r in shapes.items():

@@ -10,7 +10,10 @@ from oracle.opgraph import Shapes
 from searchers.space import SearchSpace
 
 
-def _runs() -> list[RunConfig]:
+def edge_sample_runs() -> list[RunConfig]:
+    """Runs whose shapes differ in every way the edges could read: samples of three spaces (MoE and dense,
+    TP/CP/EP/MBS/precision/dispatcher), TorchTitan eager and compiled, unfused accumulation, MXFP8 logits, fp32
+    gradient reduction (also tests/oracle/test_activations_opgraph.py's)."""
     specs = [("mixtral-8x22b", "mi355x", 32, {"seq_len": 4096, "gbs": 256}),
              ("deepseek-v2-lite", "h100-sxm", 16, {"seq_len": 2048, "gbs": 128}),
              ("llama3-8b", "b200", 8, {"seq_len": 8192, "gbs": 64})]
@@ -29,7 +32,7 @@ def _runs() -> list[RunConfig]:
 def test_edges_priced_once_per_edge_key_equal_their_own_pricing():
     compute._EDGE_SUMS.clear()
     shapes = {}
-    for r in _runs():
+    for r in edge_sample_runs():
         shapes.setdefault((r.cluster.hardware, Shapes.of(r)), r)
     keys = {(hw, compute._edge_key(s)) for hw, s in shapes}
     assert len(shapes) > 2 * len(keys)  # shared often
