@@ -19,6 +19,7 @@ gcc -O1 -g -fsanitize=address -fno-omit-frame-pointer -shared -fPIC -DNATIVE_SOU
     oracle/pipeline/_native.c -o "oracle/pipeline/_native$ext"
 export ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$ASAN" PYTHONPATH="$tmp"
 "$PY" -c "from oracle.pipeline import _jit; assert _jit.extension() is not None, 'the ASan build did not load'"
-"$PY" -m pytest -q -p no:cacheprovider tests/oracle/test_pipeline_fast_compile.py tests/oracle/test_pipeline_jit.py
+"$PY" -m pytest -q -p no:cacheprovider tests/oracle/test_pipeline_fast_compile.py tests/oracle/test_pipeline_jit.py \
+    tests/oracle/test_pipeline_frontier.py
 "$PY" benchmarks/bench_validate.py | tail -1
 echo "ASan: no report"

@@ -13,6 +13,10 @@
  * trailing 0.0) and held where Python cannot change it (the immutable bytes object the compiler keeps it in, or a
  * copy), so each replay runs without a check per index, and only verifies that the cost and latency lists are
  * long enough for the indices seen.
+ *
+ * A new plan's compile (compile_core, tick_order, fold_chain) and its memory samples' frontier (frontier) run here
+ * too: integer work and comparisons, the same tables as numpy's (tests/oracle/test_pipeline_fast_compile.py,
+ * tests/oracle/test_pipeline_frontier.py).
  */
 #if defined(__FAST_MATH__)
 /* CFLAGS with -ffast-math (or -Ofast) may reorder or fuse the replay's floating-point work: no build then (the
@@ -690,6 +694,111 @@ done:
     return result;
 }
 
+/* frontier(live, width, segments, keep) -> kept. `live`: rows of `width` float64 (a plan's memory samples, one column
+ * per chunk), in segments (one per rank) starting at the int64 row offsets `segments` (the first 0, increasing, each
+ * below the row count: no segment is empty). `keep` (uint8, one per row, writable) gets 1 for each row no other row
+ * of its segment is >= in every column (of equal rows, the first) and 0 for the others; returns how many are kept.
+ * Comparisons only, with numpy's rule for a NaN (never >=): the rows kept are the exact frontier that
+ * oracle.pipeline.simulator._non_dominated keeps or contains (tests/oracle/test_pipeline_frontier.py). Each row is
+ * held against the frontier so far: dropped if a kept row covers it, else it drops the kept rows it covers. */
+static int
+covers(const double *y, const double *x, Py_ssize_t width)
+{
+    for (Py_ssize_t c = 0; c < width; c++)
+        if (!(y[c] >= x[c]))
+            return 0;
+    return 1;
+}
+
+static PyObject *
+frontier(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "frontier(live, width, segments, keep) takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t width = PyLong_AsSsize_t(args[1]);
+    if (width == -1 && PyErr_Occurred())
+        return NULL;
+    if (width < 1) {
+        PyErr_SetString(PyExc_ValueError, "frontier: width must be >= 1");
+        return NULL;
+    }
+    Py_buffer lv, sv, kv;
+    if (typed_rows(args[0], &lv, 'd', width, "frontier: live", 0) < 0)
+        return NULL;
+    if (int64_rows(args[2], &sv, 1, "frontier: segments", 0) < 0) {
+        PyBuffer_Release(&lv);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &kv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&lv);
+        PyBuffer_Release(&sv);
+        if (!PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "frontier: keep must be a C-contiguous writable uint8 array");
+        }
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t *front = NULL;
+    const double *live = (const double *)lv.buf;
+    const int64_t *seg = (const int64_t *)sv.buf;
+    unsigned char *keep = (unsigned char *)kv.buf;
+    Py_ssize_t rows = lv.len / (8 * width), nseg = sv.len / 8;
+    if (kv.itemsize != 1 || kv.len != rows) {
+        PyErr_SetString(PyExc_ValueError, "frontier: keep must hold one uint8 per row of live");
+        goto done;
+    }
+    if ((nseg == 0) != (rows == 0) || (nseg > 0 && seg[0] != 0)) {
+        PyErr_SetString(PyExc_ValueError, "frontier: segments must start at row 0 (and be empty only with no rows)");
+        goto done;
+    }
+    for (Py_ssize_t s = 0; s < nseg; s++) {
+        int64_t end = s + 1 < nseg ? seg[s + 1] : (int64_t)rows;
+        if (!(seg[s] < end)) {
+            PyErr_SetString(PyExc_ValueError, "frontier: segments must increase, each below the row count");
+            goto done;
+        }
+    }
+    if (rows > 0) {
+        front = (Py_ssize_t *)malloc(sizeof(Py_ssize_t) * (size_t)rows);
+        if (front == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    memset(keep, 0, (size_t)rows);
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t s = 0; s < nseg; s++) {
+        Py_ssize_t a = (Py_ssize_t)seg[s], b = s + 1 < nseg ? (Py_ssize_t)seg[s + 1] : rows, nf = 0;
+        for (Py_ssize_t i = a; i < b; i++) {
+            const double *x = live + i * width;
+            int covered = 0;
+            for (Py_ssize_t f = 0; f < nf && !covered; f++)
+                covered = covers(live + front[f] * width, x, width);
+            if (covered)
+                continue;
+            Py_ssize_t k = 0;
+            for (Py_ssize_t f = 0; f < nf; f++)
+                if (!covers(x, live + front[f] * width, width))
+                    front[k++] = front[f];
+            front[k] = i;
+            nf = k + 1;
+        }
+        for (Py_ssize_t f = 0; f < nf; f++)
+            keep[front[f]] = 1;
+        kept += nf;
+    }
+    result = PyLong_FromSsize_t(kept);
+done:
+    free(front);
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&kv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"chain_prepare", (PyCFunction)(void (*)(void))chain_prepare, METH_FASTCALL,
      "chain_prepare(chain, tails, n_keys) -> prepared | None: a folded chain checked and copied (see the module)."},
@@ -703,6 +812,8 @@ static PyMethodDef methods[] = {
     {"compile_core", (PyCFunction)(void (*)(void))compile_core, METH_FASTCALL,
      "compile_core(ops, offsets, m, vpp, rank_of_stage, vs, kinds, ...outputs) -> int: a plan's per-op tables "
      "(see the source)."},
+    {"frontier", (PyCFunction)(void (*)(void))frontier, METH_FASTCALL,
+     "frontier(live, width, segments, keep) -> int: each segment's non-dominated rows (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,6 +3,7 @@ the same numbers, bit for bit, as reading every sample, for any schedule and non
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,3 +64,37 @@ def test_non_dominated_keeps_every_undominated_row_once(rows, pairwise, weights)
         assert set(got) == frontier
     w = np.asarray(weights)
     assert (kept * w).sum(axis=1).max() == (arr * w).sum(axis=1).max()
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, float("nan")]), min_size=3, max_size=3),
+                     min_size=1, max_size=40),
+       cuts=st.lists(st.integers(1, 39), max_size=3), width=st.integers(1, 3))
+def test_the_c_frontier_keeps_each_segments_exact_frontier_once(rows, cuts, width):
+    """The C extension's ``frontier`` (what ``_live`` runs where it is built) keeps, per segment, each row no other
+    row of the segment is >= in every column (NaN never is), the first of equal rows, in row order; the pairwise
+    numpy way keeps the same set."""
+    import oracle.pipeline.simulator as sim
+    from oracle.pipeline import _jit
+    ext = _jit.extension()
+    if ext is None:
+        pytest.skip("the C extension is not built here")
+    arr = np.asarray([r[:width] for r in rows], dtype=float)
+    segs = np.asarray(sorted({0} | {c for c in cuts if c < len(arr)}), dtype=np.int64)
+    keep = np.zeros(len(arr), dtype=np.uint8)
+    count = ext.frontier(arr, width, segs, keep)
+    assert count == int(keep.sum())
+    bounds = segs.tolist() + [len(arr)]
+    saved = sim._PAIRWISE_ROWS
+    sim._PAIRWISE_ROWS = len(arr)
+    try:
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            seg = arr[a:b]
+            ge = lambda y, x: all(p >= q for p, q in zip(y, x))  # noqa: E731 - numpy's >= (False with NaN)
+            want = [i for i in range(len(seg)) if not any(ge(seg[j], seg[i]) and (j < i or not ge(seg[i], seg[j]))
+                                                          for j in range(len(seg)) if j != i)]
+            assert np.flatnonzero(keep[a:b]).tolist() == want
+            if not np.isnan(seg).any():  # numpy's pairwise way keeps the same rows (one of equal ones, sorted)
+                assert sorted(map(tuple, sim._non_dominated(seg).tolist())) == sorted(map(tuple, seg[want].tolist()))
+    finally:
+        sim._PAIRWISE_ROWS = saved
