@@ -105,9 +105,10 @@ def native() -> Replay | None:
 
 
 def kernels() -> ModuleType | None:
-    """The C extension for the plan compiler's loops (``compile_core``, ``tick_order``, ``fold_chain``) and the
-    memory samples' frontier (``frontier``), where it is built and the mode runs it (``auto``, ``on``); None: numpy
-    (``off``, ``numba``: the code as it ran before the extension)."""
+    """The C extension for the plan compiler's loops (``compile_core``, ``tick_order``, ``fold_chain``), the
+    memory samples' frontier (``frontier``) and two schedules' order builders (``zbv_order``, ``zb_h1_order``),
+    where it is built and the mode runs it (``auto``, ``on``); None: numpy (``off``, ``numba``: the code as it ran
+    before the extension)."""
     return extension() if mode() in ("auto", "on") else None
 
 

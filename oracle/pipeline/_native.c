@@ -14,9 +14,9 @@
  * copy), so each replay runs without a check per index, and only verifies that the cost and latency lists are
  * long enough for the indices seen.
  *
- * A new plan's compile (compile_core, tick_order, fold_chain) and its memory samples' frontier (frontier) run here
- * too: integer work and comparisons, the same tables as numpy's (tests/oracle/test_pipeline_fast_compile.py,
- * tests/oracle/test_pipeline_frontier.py).
+ * A new plan's compile (compile_core, tick_order, fold_chain), its memory samples' frontier (frontier) and the
+ * orders of two schedules (zbv_order, zb_h1_order) run here too: integer work and comparisons, the same tables as
+ * numpy's (tests/oracle/test_pipeline_fast_compile.py, tests/oracle/test_pipeline_frontier.py).
  */
 #if defined(__FAST_MATH__)
 /* CFLAGS with -ffast-math (or -Ofast) may reorder or fuse the replay's floating-point work: no build then (the
@@ -799,6 +799,162 @@ done:
     return result;
 }
 
+/* The order builders of two fixed schedules, op for op as their Python op-list builders
+ * (oracle/pipeline/schedules/zbv.py rank_order, zero_bubble.py zb_h1_rank): rows (kind code F 0, B 1, W 2;
+ * micro-batch; chunk) of every rank one after another, each rank's 6 m (ZB-V) or 3 m (ZB-H1) rows. */
+typedef struct {
+    int64_t *out;
+    Py_ssize_t at, end;
+    int64_t m;
+} Rows;
+
+static inline int
+emit(Rows *w, int64_t kind, int64_t mb, int64_t chunk)
+{
+    if (mb >= w->m)  /* the pattern's ops of micro-batches past m are dropped (zbv.py) */
+        return 0;
+    if (w->at >= w->end)
+        return -1;
+    int64_t *row = w->out + 3 * w->at++;
+    row[0] = kind;
+    row[1] = mb;
+    row[2] = chunk;
+    return 0;
+}
+
+/* Parse (pp, m, out): 0 with the sizes set and `out` held, -1 with an exception set. */
+static int
+order_args(PyObject *const *args, Py_ssize_t nargs, const char *fn, Py_ssize_t per_mb, int64_t *pp, int64_t *m,
+           Py_buffer *view)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s(pp, m, out) takes 3 arguments", fn);
+        return -1;
+    }
+    *pp = PyLong_AsLongLong(args[0]);
+    if (*pp == -1 && PyErr_Occurred())
+        return -1;
+    *m = PyLong_AsLongLong(args[1]);
+    if (*m == -1 && PyErr_Occurred())
+        return -1;
+    if (*pp < 1 || *m < 1 || *pp > (1 << 20) || *m > (1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "%s: pp and m must be in [1, 2**20] and [1, 2**24]", fn);
+        return -1;
+    }
+    if (int64_rows(args[2], view, 3, fn, 1) < 0)
+        return -1;
+    if (view->len != (Py_ssize_t)(*pp * *m * per_mb * 3 * 8)) {
+        PyErr_Format(PyExc_ValueError, "%s: out must hold pp x %zd m rows of 3", fn, per_mb);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* The end of an order builder: `out` released; None, or a RuntimeError `why` where a rank's count was off. */
+static PyObject *
+order_done(Py_buffer *view, int bad, const char *why)
+{
+    PyBuffer_Release(view);
+    if (bad) {
+        PyErr_SetString(PyExc_RuntimeError, why);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+zbv_order(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t pp, m;
+    Py_buffer view;
+    if (order_args(args, nargs, "zbv_order", 6, &pp, &m, &view) < 0)
+        return NULL;
+    int64_t n = m > 2 * pp - 1 ? m : 2 * pp - 1;
+    Rows w = {(int64_t *)view.buf, 0, 0, m};
+    int bad = 0;
+    for (int64_t r = 0; r < pp && !bad; r++) {
+        w.end = (r + 1) * 6 * m;
+        int64_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+        for (int64_t i = 0; i < 2 * (pp - r) - 1; i++)
+            bad |= emit(&w, 0, f0++, 0);
+        for (int64_t i = 0; i < r; i++) {
+            bad |= emit(&w, 0, f1++, 1);
+            bad |= emit(&w, 0, f0++, 0);
+        }
+        for (int64_t i = 0; i < pp - r; i++) {
+            bad |= emit(&w, 0, f1++, 1);
+            bad |= emit(&w, 1, b1, 1);
+            bad |= emit(&w, 2, b1++, 1);
+        }
+        while ((f1 < f0 || f0 < n) && !bad) {
+            if (f0 < n)
+                bad |= emit(&w, 0, f0++, 0);
+            bad |= emit(&w, 1, b0, 0);
+            bad |= emit(&w, 2, b0++, 0);
+            bad |= emit(&w, 0, f1++, 1);
+            bad |= emit(&w, 1, b1, 1);
+            bad |= emit(&w, 2, b1++, 1);
+        }
+        int64_t w0 = b0, w1 = b1;
+        for (int64_t i = 0; i < r; i++) {
+            bad |= emit(&w, 1, b0++, 0);
+            bad |= emit(&w, 1, b1++, 1);
+        }
+        for (int64_t i = 0; i < pp - r; i++) {
+            bad |= emit(&w, 1, b0++, 0);
+            bad |= emit(&w, 2, w0++, 0);
+        }
+        for (int64_t j = w1; j < b1; j++)
+            bad |= emit(&w, 2, j, 1);
+        for (int64_t j = w0; j < b0; j++)
+            bad |= emit(&w, 2, j, 0);
+        bad |= w.at != w.end;
+    }
+    return order_done(&view, bad, "zbv_order: a rank's op count is not 6 m (a bug)");
+}
+
+static PyObject *
+zb_h1_order(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t pp, m;
+    Py_buffer view;
+    if (order_args(args, nargs, "zb_h1_order", 3, &pp, &m, &view) < 0)
+        return NULL;
+    Rows w = {(int64_t *)view.buf, 0, 0, m};
+    int bad = 0;
+    for (int64_t r = 0; r < pp && !bad; r++) {
+        w.end = (r + 1) * 3 * m;
+        int64_t warmup = pp - r - 1 < m ? pp - r - 1 : m;
+        int64_t head = 0, tail = 0;  /* pending W's: micro-batches [head, tail), in the order of their B's */
+        /* 1F1B's F/B sequence (fb_sequence, backward B), W(j) right after the B that makes r + 1 pending */
+        for (int64_t k = 0; k < 2 * m; k++) {
+            int64_t kind, mb;
+            if (k < warmup) {
+                kind = 0, mb = k;
+            } else if (k < 2 * m - warmup) {
+                int64_t i = (k - warmup) / 2;
+                if ((k - warmup) % 2 == 0)
+                    kind = 0, mb = warmup + i;
+                else
+                    kind = 1, mb = i;
+            } else {
+                kind = 1, mb = k - m;
+            }
+            bad |= emit(&w, kind, mb, 0);
+            if (kind == 1) {
+                tail = mb + 1;
+                if (tail - head > r)
+                    bad |= emit(&w, 2, head++, 0);
+            }
+        }
+        while (head < tail)
+            bad |= emit(&w, 2, head++, 0);
+        bad |= w.at != w.end;
+    }
+    return order_done(&view, bad, "zb_h1_order: a rank's op count is not 3 m (a bug)");
+}
+
 static PyMethodDef methods[] = {
     {"chain_prepare", (PyCFunction)(void (*)(void))chain_prepare, METH_FASTCALL,
      "chain_prepare(chain, tails, n_keys) -> prepared | None: a folded chain checked and copied (see the module)."},
@@ -814,6 +970,10 @@ static PyMethodDef methods[] = {
      "(see the source)."},
     {"frontier", (PyCFunction)(void (*)(void))frontier, METH_FASTCALL,
      "frontier(live, width, segments, keep) -> int: each segment's non-dominated rows (see the source)."},
+    {"zbv_order", (PyCFunction)(void (*)(void))zbv_order, METH_FASTCALL,
+     "zbv_order(pp, m, out): ZB-V's order, every rank's 6 m rows (see the source)."},
+    {"zb_h1_order", (PyCFunction)(void (*)(void))zb_h1_order, METH_FASTCALL,
+     "zb_h1_order(pp, m, out): ZB-H1's order, every rank's 3 m rows (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

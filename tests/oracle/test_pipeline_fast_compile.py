@@ -321,8 +321,40 @@ def test_the_c_kernels_answer_or_raise_on_any_small_input(data):
     segs = np.array(data.draw(st.lists(st.integers(-2, 8), min_size=0, max_size=4)), dtype=np.int64)
     calls.append(lambda: ext.frontier(live, width, segs, np.empty(data.draw(st.integers(0, 12)), dtype=np.uint8)))
     calls.append(lambda: ext.frontier(live.reshape(-1, 1), 1, segs, np.empty(len(live), dtype=np.uint8)))
+    rows = data.draw(st.integers(0, 40))
+    calls.append(lambda: ext.zbv_order(n_keys, m, np.empty((rows, 3), dtype=np.int64)))
+    calls.append(lambda: ext.zb_h1_order(pp, n_keys, np.empty((rows, 3), dtype=np.int64)))
     for call in calls:
         try:
             call()
         except (TypeError, ValueError, IndexError, MemoryError):
             pass
+
+
+@pytest.mark.parametrize("name", ["zbv", "zero_bubble"])
+def test_the_c_order_builders_equal_numpys(name):
+    """ZB-V's and ZB-H1's orders built in C (``zbv_order``, ``zb_h1_order``, what ``make_fast`` runs where the
+    extension is built) equal numpy's row for row, pp 1-33 and micro-batches 1-40 and a few large counts; the op-list
+    builders equal both (test_array_builders_equal_the_op_list_builders, drawn)."""
+    mode = use("native")
+    from oracle.pipeline.schedules.zbv import rank_array
+    from oracle.pipeline.schedules.zero_bubble import zb_h1_rows
+    spec, vpp = SCHEDULES[name], 2 if name == "zbv" else 1
+    with jit(mode):
+        for pp in range(1, 34):
+            for m in [*range(1, 41), 64, 257]:
+                if name == "zbv":
+                    want = np.concatenate([rank_array(pp, r, m) for r in range(pp)])
+                else:
+                    want = zb_h1_rows(pp, np.arange(pp), m)
+                got = spec.make_fast(pp, vpp, m).order
+                assert len(got) == pp and np.array_equal(np.concatenate(got), want), (pp, m)
+        c_rows = np.concatenate(spec.make_fast(5, vpp, 11).order)
+    with jit("off"):  # numpy's builders where the extension is off: the same rows
+        assert np.array_equal(np.concatenate(spec.make_fast(5, vpp, 11).order), c_rows)
+    ext = _jit.extension()
+    fn = ext.zbv_order if name == "zbv" else ext.zb_h1_order
+    with pytest.raises(ValueError, match="out must hold"):
+        fn(2, 3, np.empty((5, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="pp and m must be"):
+        fn(0, 3, np.empty((0, 3), dtype=np.int64))

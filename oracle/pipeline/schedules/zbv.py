@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from oracle.pipeline import _jit
 from oracle.pipeline.schedules import Built, Order, register
 from oracle.pipeline.types import Op
 
@@ -90,6 +91,11 @@ def rank_array(pp: int, rank: int, num_microbatches: int) -> np.ndarray:
 
 
 def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
+    ext = _jit.kernels()
+    if ext is not None:  # the same rows, built in C (every rank's 6 m ops at once)
+        out = np.empty((pp * 6 * num_microbatches, 3), dtype=np.int64)
+        ext.zbv_order(pp, num_microbatches, out)
+        return Built(np.split(out, pp), False, "")
     return Built([rank_array(pp, r, num_microbatches) for r in range(pp)], False, "")
 
 
