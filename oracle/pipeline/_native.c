@@ -720,8 +720,8 @@ frontier(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t width = PyLong_AsSsize_t(args[1]);
     if (width == -1 && PyErr_Occurred())
         return NULL;
-    if (width < 1) {
-        PyErr_SetString(PyExc_ValueError, "frontier: width must be >= 1");
+    if (width < 1 || width > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "frontier: width must be in [1, 2**20]");
         return NULL;
     }
     Py_buffer lv, sv, kv;

@@ -316,7 +316,7 @@ def test_the_c_kernels_answer_or_raise_on_any_small_input(data):
         ops.reshape(n, 3), offsets, m, vpp, *maps, _KINDS, *[np.empty(n, dtype=np.int64) for _ in range(6)],
         *[np.empty((cells, vpp)) for _ in range(3)], np.empty(cells, dtype=np.int64),
         np.empty(pp * 4 * vpp, dtype=np.int64), np.empty(pp, dtype=np.int64)))
-    width = data.draw(st.integers(-1, 3))
+    width = data.draw(st.sampled_from([-1, 0, 1, 2, 3, 2 ** 61, 2 ** 20 + 1]))
     live = np.array(data.draw(st.lists(st.floats(allow_nan=True), min_size=0, max_size=12)), dtype=np.float64)
     segs = np.array(data.draw(st.lists(st.integers(-2, 8), min_size=0, max_size=4)), dtype=np.int64)
     calls.append(lambda: ext.frontier(live, width, segs, np.empty(data.draw(st.integers(0, 12)), dtype=np.uint8)))
