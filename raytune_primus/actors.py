@@ -24,6 +24,7 @@ actors holding a CPU on a 2-CPU cluster starve Tune's trials forever).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import time
@@ -112,21 +113,20 @@ class Scorer:
         """Pre-filter verdicts of a batch: None where the candidate fits, else its result dict."""
         return [self._prepare(v, True)[2] for v in batch]
 
+    @functools.cached_property
     def _base_training(self) -> dict[str, Any]:
-        base = getattr(self, "_base", None)
-        if base is None:
-            base = self._base = self.baseline.to_dict()["training"]
-        return base
+        """The baseline's training section (what a packed result's training is built on)."""
+        return self.baseline.to_dict()["training"]
 
     def score_packed(self, batch: Sequence[Mapping[str, Any]], prefilter: bool = False) -> list[tuple | None]:
         """:meth:`score_batch` packed for the wire (:func:`~raytune_primus.trainable.pack_result`): what the
         pool calls."""
-        base = self._base_training()
+        base = self._base_training
         return [pack_result(d, v, base) for d, v in zip(self.score_batch(batch, prefilter), batch)]
 
     def memory_packed(self, batch: Sequence[Mapping[str, Any]]) -> list[tuple | None]:
         """:meth:`memory_batch` packed for the wire."""
-        base = self._base_training()
+        base = self._base_training
         return [pack_result(d, v, base) for d, v in zip(self.memory_batch(batch), batch)]
 
     def serve(self, values: Mapping[str, Any], prefilter: bool = False) -> dict[str, Any]:

@@ -10,8 +10,8 @@ pp 8 vpp 4 x 128 1,361 -> 27 us, ZBV pp 16 x 256 2,517 -> 49 us). Two compiled f
   and copied once (``chain_prepare``), then each replay (``prepared_span``, ~1 us of call overhead; it reads the
   cost lists as they are) runs without a check per index, 1.4-2x quicker than numba. It is plain C with no
   CPU-specific flags: a build runs on any machine of its architecture (AVX2 or AMX alike). It also runs a new
-  plan's compile (:func:`kernels`: ``compile_core``, ``tick_order``, ``fold_chain``, what numpy did in
-  ``oracle.pipeline.fast_compile``).
+  plan's compile, its memory samples' frontier and two schedules' orders (:func:`kernels`: what numpy does in
+  ``oracle.pipeline.fast_compile``, ``simulator._frontier`` and the ZB-V / ZB-H1 builders).
 - numba, where the extension was not built (no compiler at install): loading it costs a process 0.4-1.6 s
   (importing numba 0.2-0.75 s and reading its on-disk cache, measured here beside other sessions' load; ~2 s
   the first time, compiling), so a one-off ``project`` never loads it: the replay stays in Python until the

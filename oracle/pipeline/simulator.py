@@ -482,11 +482,10 @@ def _frontier(live: np.ndarray, rows_rank: np.ndarray, segments: np.ndarray
         return live, rows_rank, segments
     ext = _jit.kernels()
     if ext is not None:  # the C extension: each segment's exact frontier, in row order (the same peaks)
-        keep = np.zeros(live.shape[0], dtype=np.uint8)
-        ext.frontier(np.ascontiguousarray(live, dtype=np.float64), live.shape[1],
-                     np.asarray(segments, dtype=np.int64), keep)
+        keep, starts64 = np.zeros(live.shape[0], dtype=np.uint8), np.asarray(segments, dtype=np.int64)
+        ext.frontier(np.ascontiguousarray(live, dtype=np.float64), live.shape[1], starts64, keep)
         kept = keep.view(bool)
-        counts = np.add.reduceat(keep, np.asarray(segments, dtype=np.intp), dtype=np.int64)
+        counts = np.add.reduceat(keep, starts64, dtype=np.int64)
         starts = np.zeros(len(counts), dtype=segments.dtype)
         np.cumsum(counts[:-1], out=starts[1:])
         return np.ascontiguousarray(live[kept]), rows_rank[kept], starts

@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from oracle.errors import InvalidConfigError, UnknownComponentError
+from oracle.pipeline import _jit
 from oracle.pipeline.types import Layout, Op, StageCosts
 
 VppRule = Literal["one", "two", "at_least_two"]
@@ -35,6 +36,18 @@ class Built:
     """Per-rank op lists, or (from ``build_array``) per-rank arrays of (kind code, mb, chunk) rows."""
     approximate: bool
     note: str
+
+
+def native_order(builder: str, pp: int, num_microbatches: int, rows_per_microbatch: int) -> Built | None:
+    """The order the C extension's ``builder`` (``zbv_order``, ``zb_h1_order``) writes, every rank's
+    ``rows_per_microbatch`` x m rows of (kind code, mb, chunk) one after another, split per rank; None where the
+    extension does not run (``_jit.kernels``: the schedule's numpy builder then makes the same rows)."""
+    ext = _jit.kernels()
+    if ext is None:
+        return None
+    out = np.empty((pp * rows_per_microbatch * num_microbatches, 3), dtype=np.int64)
+    getattr(ext, builder)(pp, num_microbatches, out)
+    return Built(np.split(out, pp), False, "")
 
 
 def is_arrays(order: Order | list[np.ndarray]) -> bool:

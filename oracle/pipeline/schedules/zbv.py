@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.pipeline import _jit
-from oracle.pipeline.schedules import Built, Order, register
+from oracle.pipeline.schedules import Built, Order, native_order, register
 from oracle.pipeline.types import Op
 
 
@@ -91,12 +90,9 @@ def rank_array(pp: int, rank: int, num_microbatches: int) -> np.ndarray:
 
 
 def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
-    ext = _jit.kernels()
-    if ext is not None:  # the same rows, built in C (every rank's 6 m ops at once)
-        out = np.empty((pp * 6 * num_microbatches, 3), dtype=np.int64)
-        ext.zbv_order(pp, num_microbatches, out)
-        return Built(np.split(out, pp), False, "")
-    return Built([rank_array(pp, r, num_microbatches) for r in range(pp)], False, "")
+    # the same rows built in C where the extension runs (every rank's 6 m ops at once)
+    return native_order("zbv_order", pp, num_microbatches, 6) or Built(
+        [rank_array(pp, r, num_microbatches) for r in range(pp)], False, "")
 
 
 @register("zbv", layout="v", splits_bw=True, vpp_rule="two", position=40, searched_by_default=True,

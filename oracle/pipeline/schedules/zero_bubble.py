@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.pipeline import _jit
-from oracle.pipeline.schedules import Built, Order, register
+from oracle.pipeline.schedules import Built, Order, native_order, register
 from oracle.pipeline.schedules.one_f_one_b import fb_rows, fb_sequence
 from oracle.pipeline.types import Op
 
@@ -70,12 +69,9 @@ def zb_h1_rows(pp: int, ranks: np.ndarray, num_microbatches: int) -> np.ndarray:
 
 
 def build_array(pp: int, vpp: int, num_microbatches: int) -> Built:
-    ext = _jit.kernels()
-    if ext is not None:  # the same rows, built in C (the op-list builder's loop, every rank at once)
-        out = np.empty((pp * 3 * num_microbatches, 3), dtype=np.int64)
-        ext.zb_h1_order(pp, num_microbatches, out)
-        return Built(np.split(out, pp), False, "")
-    return Built(np.split(zb_h1_rows(pp, np.arange(pp), num_microbatches), pp), False, "")
+    # the same rows built in C where the extension runs (the op-list builder's loop, every rank at once)
+    return native_order("zb_h1_order", pp, num_microbatches, 3) or Built(
+        np.split(zb_h1_rows(pp, np.arange(pp), num_microbatches), pp), False, "")
 
 
 @register("zero_bubble", layout="interleaved", splits_bw=True, vpp_rule="one", position=20,
