@@ -70,3 +70,26 @@ def test_packed_results_come_back_equal_and_in_order(tiny):
         assert row[RESULT_FIELDS.index("training")] == d["training"]
         assert unpack_result(row, values, base_t) == result_from_dict(d)
     assert pack_result(d, {"tp": 2, "fsdp": True}, base_t)[RESULT_FIELDS.index("training")] is AS_SENT
+
+
+def test_sent_training_and_fast_results_equal_the_plain_constructions():
+    """:func:`sent_training` is ``{**base, **training_of(values)}`` (keys, order, values) for plain candidates and for
+    those it hands to training_of (private keys, a non-str key, a 'training' section, a 'training' value that is not
+    a mapping); ``_trial_result`` equals ``TrialResult(**...)`` field for field, also for a row of
+    another length."""
+    from raytune_primus.trainable import RESULT_FIELDS, _trial_result, sent_training, training_of
+    from searchers.base import TrialResult
+
+    base = {"tp": 1, "pp": 1, "mbs": 1, "recompute": "none", "fsdp": False}
+    for values in ({"tp": 2, "extra": 3}, {}, {"_seed": 1, "mbs": 4}, {1: "x", "tp": 8},
+                   {"training": {"pp": 2}, "tp": 9}, {"training": 5, "tp": 2}, {"pp": True, "fsdp": 1}):
+        want = {**base, **training_of(values)}
+        got = sent_training(base, values)
+        assert got == want and list(got) == list(want) and [type(v) for v in got.values()] == [
+            type(v) for v in want.values()]
+        assert got is not base and base == {"tp": 1, "pp": 1, "mbs": 1, "recompute": "none", "fsdp": False}
+    row = tuple(range(len(RESULT_FIELDS)))
+    fast, slow = _trial_result(row), TrialResult(**dict(zip(RESULT_FIELDS, row)))
+    assert fast == slow and all(getattr(fast, f) == getattr(slow, f) for f in RESULT_FIELDS)
+    for other in (row[:-1], (*row, 1)):  # the constructor's defaults, the extra value dropped
+        assert _trial_result(other) == TrialResult(**dict(zip(RESULT_FIELDS, other)))
