@@ -279,6 +279,8 @@ class FitRow(NamedTuple):
     quantity: str
     measured: float
     source: str
+    quality: str = ""
+    """The row's quality (A: a published table with the full layout; B: some of it inferred)."""
 
 
 _JOINT_TAG = "fit: benchmarks/calibrate.py --joint"
@@ -321,7 +323,7 @@ def joint_rows(paths: list[str], quals: set[str], quiet: bool = False) -> list[F
             q, meas = _measured(row)
             # the CSV's model, not the run's card name: a published variant (w/o MTP) is the same model
             out.append(FitRow(row["id"], _model_key(row["model"]), run.cluster.hardware.name, _at_priors(run), q, meas,
-                              Path(path).name))
+                              Path(path).name, (row.get("quality") or "").strip()))
     return out
 
 
@@ -598,6 +600,15 @@ def joint(paths: list[str], quals: set[str], write: bool, held_out: bool) -> int
             allv = [e for es in errs.values() for e in es]
             print(f"   all rows: {_pct(allv)};  median over {label}s of the per-{label} median: "
                   f"{100 * statistics.median(statistics.median(abs(e) for e in es) for es in errs.values()):.1f}%")
+            # the same held-out errors on the quality-A rows alone (B rows, partly inferred, are fitted on, not targets)
+            a_errs = {k: [e for r, e in zip([r for r in rows if key(r) == k], es) if r.quality == "A"]
+                      for k, es in errs.items()}
+            a_errs = {k: es for k, es in a_errs.items() if es}
+            if a_errs:
+                worst = max(a_errs, key=lambda k: statistics.median(abs(e) for e in a_errs[k]))
+                print(f"   quality-A rows: {_pct([e for es in a_errs.values() for e in es])};  worst {label} "
+                      f"{worst} {100 * statistics.median(abs(e) for e in a_errs[worst]):.1f}% (median of its A rows); "
+                      f"{label}s with no A row: {', '.join(sorted(set(errs) - set(a_errs))) or 'none'}")
             if label != "part":  # the same held-out errors, per GPU generation
                 flat = {r.id: e for k, es in errs.items() for r, e in zip([r for r in rows if key(r) == k], es)}
                 for gen in GENERATIONS:
