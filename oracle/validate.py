@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oracle.collector import bulk_pass
 from oracle.config import FRAMEWORK_DEFAULTS, RunConfig, TrainingConfig
 from oracle.errors import InvalidConfigError, PrimusError, clip
 from oracle.units import GIB
@@ -646,6 +647,7 @@ def validate_rows(rows: list[dict[str, str]], project_fn=None, base_dir: str | P
             for r, row, newest in zip(out, rows, newest_flags(rows))]
 
 
+@bulk_pass()  # a bulk process collects nothing while it reads and projects the rows (oracle/collector.py)
 def _row_results(rows: list[dict[str, str]], base: Path | None, project_fn: Any) -> list[RowResult]:
     """Each row's result (release and newest flags are set by the caller, over every row)."""
     out: list[Any] = []

@@ -11,9 +11,11 @@ from oracle.errors import InvalidConfigError
 
 @pytest.fixture(autouse=True)
 def _restore_thresholds():
-    before = gc.get_threshold()
+    from oracle import collector
+    before, bulk = gc.get_threshold(), dict(collector._BULK)
     yield
     gc.set_threshold(*before)
+    collector._BULK.update(bulk)
 
 
 def test_bulk_thresholds_are_set_and_setting_them_again_changes_nothing(monkeypatch):
@@ -63,3 +65,40 @@ def test_an_unknown_allocator_choice_is_a_clear_error(monkeypatch):
         tune_allocator()
     from raytune_primus.cli import main
     assert main(["hardware", "list"]) != 0
+
+
+class _Node:
+    """A tracked object (instances of a class with a __dict__ are)."""
+
+
+def test_a_bulk_pass_collects_nothing_inside_and_moves_its_survivors_to_the_oldest_generation(monkeypatch):
+    from oracle.collector import bulk_pass
+    monkeypatch.delenv(ENV, raising=False)
+    tune_collector()
+    assert gc.isenabled()
+    with bulk_pass():
+        assert not gc.isenabled()
+        kept = [_Node() for _ in range(1000)]
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # frozen, then thawed into the oldest generation
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(o) in oldest for o in kept) and gc.get_count()[0] < 100
+    with pytest.raises(ValueError), bulk_pass():  # an error inside leaves the collector as it found it
+        raise ValueError
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned the collector off keeps it off
+    try:
+        with bulk_pass():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_outside_a_bulk_process_a_bulk_pass_changes_nothing(monkeypatch):
+    from oracle.collector import bulk_pass
+    monkeypatch.setenv(ENV, "default")
+    tune_collector()
+    with bulk_pass():
+        assert gc.isenabled()
+        made = _Node()
+    assert id(made) not in {id(o) for o in gc.get_objects(generation=2)}  # still young
