@@ -14,6 +14,7 @@ from typing import Any
 from oracle.collector import tune_bulk_process
 from oracle.errors import InvalidConfigError, PrimusError, clip
 from oracle.units import GIB
+from raytune_primus.search_args import _positive
 
 EXIT_USAGE = 2
 EXIT_NOT_VALID = 3
@@ -84,23 +85,28 @@ def _project_run(args: argparse.Namespace):
                    if not v]
         if missing:
             raise _usage(f"project needs a config file, or --model M --hardware H --num-gpus N (missing "
-                         f"{', '.join(missing)}) with the batch from --megatron-args or --set seq_len=... gbs=...")
+                         f"{', '.join(missing)}) with the batch from --seq-len S --gbs G, --megatron-args or --set")
         data = {"model": args.model, "cluster": {"hardware": args.hardware, "num_gpus": args.num_gpus}, "training": {}}
     if args.megatron_args:
         pairs = split_megatron_args(args.megatron_args)
         if isinstance(data, dict) and data.get("recipe") is not None:
             raise _usage("the config file has a recipe section and --megatron-args gives another: use one")
         data = {**data, "recipe": dict(pairs)}
+    # --seq-len/--gbs/--precision are training keys set as --set sets them (an explicit --set after them wins)
+    sets = [f"training.{k}={v}" for k, v in (("seq_len", args.seq_len), ("gbs", args.gbs),
+                                              ("precision", args.precision)) if v is not None]
     try:
-        return RunConfig.from_dict(apply_overrides(data, args.set), where="config")
+        return RunConfig.from_dict(apply_overrides(data, sets + args.set), where="config")
     except InvalidConfigError as exc:
         batch = [k for k in ("seq_len", "gbs") if any(f"missing required key {k!r}" in p for p in exc.problems)]
         if args.config or not batch:
             raise
         # no file: the flags name the model and the cluster, the batch is the user's to give
+        flags = {"seq_len": "--seq-len S", "gbs": "--gbs G"}
         raise InvalidConfigError(exc.problems + [
-            f"give the batch with {' '.join(f'--set {k}=...' for k in batch)} (e.g. --set seq_len=4096 --set gbs=256) "
-            f"or --megatron-args \"--seq-length 4096 --global-batch-size 256 ...\""]) from None
+            f"give the batch with {' '.join(flags[k] for k in batch)} (e.g. --seq-len 4096 --gbs 256), "
+            f"{' '.join(f'--set {k}=...' for k in batch)} or --megatron-args \"--seq-length 4096 "
+            f"--global-batch-size 256 ...\""]) from None
 
 
 def _print_recipe(run) -> None:
@@ -469,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     pj.add_argument("--model", metavar="M", help="bundled card name, card YAML path or Hugging Face config.json path")
     pj.add_argument("--hardware", metavar="H", help="hardware profile name or YAML path")
     pj.add_argument("--num-gpus", type=int, metavar="N", help="GPUs in the job")
+    pj.add_argument("--seq-len", type=_positive("--seq-len"), metavar="S",
+                    help="sequence length in tokens (training.seq_len), as tune takes it")
+    pj.add_argument("--gbs", type=_positive("--gbs"), metavar="G", help="global batch in sequences (training.gbs)")
+    pj.add_argument("--precision", metavar="P", help="GEMM number format: bf16, fp8 or nvfp4 (training.precision)")
     pj.add_argument("--megatron-args", metavar="TEXT", help="a Megatron-LM launch line (flags and NAME=value environment "
                     "words) read onto the training config; every flag is priced or listed as ignored. Write "
                     "--megatron-args=\"--tensor-model-parallel-size 4 ...\" when the line starts with a flag")

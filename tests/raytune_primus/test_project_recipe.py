@@ -2,6 +2,7 @@
 (oracle.recipe), every setting priced or listed as ignored, bad values one line."""
 import json
 
+import pytest
 import yaml
 
 from raytune_primus.cli import main
@@ -74,10 +75,30 @@ def test_flags_without_a_batch_say_how_to_give_it(capsys):
     code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--hardware", "mi355x", "--num-gpus", "8")
     assert code == 2 and "Traceback" not in err
     assert "missing required key 'seq_len'" in err and "--set seq_len=... --set gbs=..." in err
-    assert "--megatron-args" in err
+    assert "--seq-len S --gbs G" in err and "--megatron-args" in err
     code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--hardware", "mi355x", "--num-gpus", "8",
                              "--set", "gbs=64")
     assert code == 2 and "--set seq_len=..." in err and "--set gbs=..." not in err
+    assert "--seq-len S " in err and "--gbs G" not in err
     code, out, err = run_cli(capsys, "project", "--model", "qwen3-30b-a3b", "--hardware", "mi355x", "--num-gpus", "8",
                              "--set", "seq_len=4096", "--set", "gbs=64", "--set", "ep=8")
     assert code == 0 and "tokens/s/GPU" in out, err
+
+
+def test_batch_and_precision_flags_are_the_training_keys_tune_takes(capsys):
+    """project takes --seq-len/--gbs/--precision as tune does: the same run as --set seq_len/gbs/precision, an explicit
+    --set after them wins, a config file's keys yield to them, and a bad value is a clear error."""
+    base = ["project", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--num-gpus", "16", "--format", "json"]
+    code, by_flags, err = run_cli(capsys, *base, "--seq-len", "4096", "--gbs", "256", "--precision", "fp8")
+    assert code == 0, err
+    code, by_set, err = run_cli(capsys, *base, "--set", "seq_len=4096", "--set", "gbs=256", "--set", "precision=fp8")
+    assert code == 0, err
+    assert json.loads(by_flags) == json.loads(by_set)
+    assert json.loads(by_flags)["config"]["training"]["precision"] == "fp8"
+    code, out, err = run_cli(capsys, *base, "--seq-len", "4096", "--gbs", "256", "--set", "gbs=128")
+    assert code == 0 and json.loads(out)["config"]["training"]["gbs"] == 128, err
+    code, out, err = run_cli(capsys, *base, "--seq-len", "4096", "--gbs", "256", "--precision", "fp6")
+    assert code == 2 and "precision" in err and "fp6" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error
+        main([*base, "--seq-len", "0", "--gbs", "256"])
+    assert stop.value.code == 2 and "--seq-len must be a positive integer, got 0" in capsys.readouterr().err
