@@ -5,6 +5,7 @@ Every message repeats the offending value and says what would be valid; the CLI 
 """
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 
@@ -42,7 +43,9 @@ class UnknownComponentError(PrimusError, KeyError):
 
     def __init__(self, kind: str, name: str, valid: Iterable[str]):
         self.kind, self.name, self.valid = kind, name, sorted(valid)
-        super().__init__(f"unknown {kind} {name!r}; valid: {', '.join(self.valid)}")
+        close = difflib.get_close_matches(str(name).lower(), self.valid, n=2, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        super().__init__(f"unknown {kind} {name!r}; valid: {', '.join(self.valid)}{hint}")
 
     def __str__(self) -> str:  # KeyError would quote the whole message otherwise
         return self.args[0]

@@ -139,6 +139,19 @@ def test_unknown_names_list_valid_ones():
         load_hardware("h1000")
 
 
+def test_an_unknown_name_suggests_the_closest_bundled_ones():
+    """A typo gets the nearest names after the list (at most two; case ignored); a name like none gets no guess."""
+    from oracle.hardware import load_hardware
+    from oracle.model_card import load_model
+    with pytest.raises(UnknownComponentError, match=r"unknown hardware profile 'b300x'; valid: .*; did you mean 'b300'"):
+        load_hardware("b300x")
+    with pytest.raises(UnknownComponentError, match=r"; did you mean 'llama3.1-70b'( or '[^']+')?\?$"):
+        load_model("Lama3.1-70B")
+    with pytest.raises(UnknownComponentError) as err:
+        load_model("zzzzzz")
+    assert "did you mean" not in str(err.value) and str(err.value).endswith("tiny-moe")
+
+
 def test_overrides():
     d = apply_overrides(BASE, ["training.tp=4", "pp=4", "cluster.num_nodes=4", "training.precision=fp8"])
     assert d["training"]["tp"] == 4 and d["training"]["pp"] == 4 and d["training"]["precision"] == "fp8"
