@@ -7,7 +7,9 @@ the card's ``notes`` (or, when it would change the parameter count, raised as In
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -449,6 +451,21 @@ def size_problems(data: dict[str, Any], where: str = "config.json") -> list[str]
         if isinstance(v, list) and len(v) > MAX_LIST_LENGTH:
             problems.append(f"{where} {key} has {len(v):,} entries: at most {MAX_LIST_LENGTH:,} (one per layer)")
     return problems
+
+
+def hf_card_name(path: str | Path, data: Any = None) -> str:
+    """The card name of a Hugging Face config.json at ``path``: the repository name its ``_name_or_path`` gives
+    ('Qwen/Qwen2.5-7B' -> 'Qwen2.5-7B'), else the repository of a Hugging Face cache snapshot
+    (``models--Qwen--Qwen2.5-7B/snapshots/<hash>/config.json`` -> 'Qwen2.5-7B'), else the folder holding the file
+    (resolved: ``./config.json`` is named after the current folder), else the file's stem."""
+    given = data.get("_name_or_path") if isinstance(data, dict) else None
+    if isinstance(given, str) and given.strip().strip("/\\"):
+        return re.split(r"[/\\]", given.strip().rstrip("/\\"))[-1]
+    p = Path(path).resolve()
+    parent = p.parent
+    if parent.parent.name == "snapshots" and parent.parent.parent.name.startswith("models--"):
+        return parent.parent.parent.name.split("--")[-1]
+    return parent.name or p.stem
 
 
 def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:

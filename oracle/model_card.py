@@ -387,8 +387,8 @@ def _parse_bundled(path: Path, name: str) -> ModelCard:
 def _parse_path(path: Path) -> ModelCard:
     data = load_mapping(path, "model card")
     if path.suffix.lower() == ".json" and "name" not in data and ("model_type" in data or "architectures" in data):
-        from oracle.hf_import import card_from_hf_config
-        return card_from_hf_config(data, name=path.parent.name or path.stem)
+        from oracle.hf_import import card_from_hf_config, hf_card_name
+        return card_from_hf_config(data, name=hf_card_name(path, data))
     return ModelCard.from_dict(data, name=path.stem)
 
 

@@ -300,10 +300,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "import":
         if not args.name:
             raise _usage("models import needs a path to a Hugging Face config.json")
-        from oracle.hf_import import card_from_hf_config, card_to_yaml
+        from oracle.hf_import import card_from_hf_config, card_to_yaml, hf_card_name
         from oracle.yamlio import load_mapping
         path = Path(args.name)
-        card = card_from_hf_config(load_mapping(path, "Hugging Face config"), name=args.card_name or path.parent.name or path.stem)
+        data = load_mapping(path, "Hugging Face config")
+        card = card_from_hf_config(data, name=args.card_name or hf_card_name(path, data))
         text = card_to_yaml(card)
         if args.output:
             Path(args.output).write_text(text)

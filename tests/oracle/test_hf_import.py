@@ -80,6 +80,27 @@ def test_load_model_routes_config_json():
     assert card.total_params() == load_model("llama3.1-8b").total_params()
 
 
+def test_a_config_json_is_named_after_its_repository(tmp_path, monkeypatch):
+    """The card of a config.json takes the repository name its _name_or_path gives, else a Hugging Face cache
+    snapshot's repository, else its folder: also for './config.json' in the current folder (it was 'config')."""
+    import json
+
+    from oracle.hf_import import hf_card_name
+    cfg = _config("llama-3.1-8b")
+    snap = tmp_path / "models--meta-llama--Llama-3.1-8B" / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(cfg))
+    assert load_model(str(snap / "config.json")).name == "Llama-3.1-8B"
+    plain = tmp_path / "my-8b"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.chdir(plain)
+    assert load_model("config.json").name == "my-8b" == hf_card_name("./config.json")
+    assert hf_card_name("config.json", {**cfg, "_name_or_path": "meta-llama/Llama-3.1-8B"}) == "Llama-3.1-8B"
+    assert hf_card_name("config.json", {**cfg, "_name_or_path": "/data/ckpt/llama8b/"}) == "llama8b"
+    assert hf_card_name("config.json", {**cfg, "_name_or_path": ""}) == "my-8b"
+
+
 def test_mistral_sliding_window_on_every_layer():
     cfg = _config("llama-3.1-8b") | {"model_type": "mistral", "sliding_window": 4096}
     card = card_from_hf_config(cfg, "mistral-like")
