@@ -552,6 +552,11 @@ class RunConfig:
 _TRAINING_DEFAULTS = to_dict(TrainingConfig(seq_len=1, gbs=1))
 
 
+def training_defaults() -> dict[str, Any]:
+    """Every training key's default, as ``to_dict`` writes it (seq_len and gbs, which have none, as 1)."""
+    return dict(_TRAINING_DEFAULTS)
+
+
 def _non_default(training: TrainingConfig) -> dict[str, Any]:
     """The training keys that differ from their defaults (seq_len and gbs always): what names a configuration,
     so that a key added to TrainingConfig with a default leaves every existing configuration's key alone."""

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from oracle.config import training_defaults
 from oracle.errors import InvalidConfigError, PrimusError
 from oracle.units import GIB
 from raytune_primus.search_args import (add_compare_arguments, add_derive_arguments, add_experiment_argument,
@@ -164,6 +165,10 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
     return _json_safe(summary)
 
 
+WINNER_KEYS = ("seq_len", "gbs", "mbs", "tp", "pp", "vpp", "cp", "ep", "etp", "precision", "pp_schedule", "recompute")
+"""The winner's training keys the tune summary prints whatever their values (the others where not at their default)."""
+
+
 def format_tune_summary(s: dict[str, Any]) -> str:
     """The tune summary for people: counts, the winner with its projection, where the files are."""
     lines = [f"experiment {s['experiment']}: searcher {s['searcher']} ({s.get('proposer', '')}), seed {s['seed']}, "
@@ -180,7 +185,11 @@ def format_tune_summary(s: dict[str, Any]) -> str:
     else:
         lines.append(f"winner: {w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU  (config {w.get('key', '')})")
         t = w["config"]
-        lines.append("  " + " ".join(f"{k}={v}" for k, v in t.items() if v is not None))
+        defaults = training_defaults()
+        shown = [k for k, v in t.items() if v is not None and (k in WINNER_KEYS or k not in defaults or v != defaults[k])]
+        rest = sum(1 for v in t.values() if v is not None) - len(shown)
+        lines.append("  " + " ".join(f"{k}={t[k]}" for k in shown)
+                     + (f"  (the other {rest} training keys at their defaults: summary.json lists every key)" if rest else ""))
         proj = w.get("projection") or {}
         if s.get("numerics"):
             from raytune_primus.report import numerics_note

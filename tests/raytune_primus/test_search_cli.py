@@ -166,3 +166,19 @@ def test_tune_leaves_the_cluster_to_ray_address_unless_told(monkeypatch, capsys)
     assert seen["address"] is None and seen["driver"] == "ray" and seen["max_failures"] == 2
     assert main(["tune", "tiny-moe-h100-8", "--quiet", "--address", "auto", "--max-failures", "0"]) == 0
     assert seen["address"] == "auto" and seen["max_failures"] == 0
+
+
+def test_the_tune_summary_prints_the_winners_layout_and_what_is_not_at_its_default():
+    """The winner line: the layout keys whatever their values, every other key only where it is not at its default
+    (counted, not listed: summary.json has them all)."""
+    from oracle.config import training_defaults
+    from raytune_primus.jobs import WINNER_KEYS, format_tune_summary
+    t = {**training_defaults(), "seq_len": 4096, "gbs": 128, "mbs": 8, "fsdp": True,
+         "use_distributed_optimizer": False}
+    s = {"experiment": "x", "searcher": "random", "seed": 0, "budget": 1, "driver": "inprocess", "trials_run": 1,
+         "rejected": 0, "failed": 0, "illegal": 0, "ledger": "l", "winner": {"tokens_per_s_per_gpu": 1.0, "config": t}}
+    line = format_tune_summary(s).splitlines()[3]
+    shown = dict(kv.split("=", 1) for kv in line.split("  (")[0].split())
+    assert list(shown) == [k for k in t if k in WINNER_KEYS or k in ("fsdp", "use_distributed_optimizer")]
+    assert shown["fsdp"] == "True" and shown["use_distributed_optimizer"] == "False" and shown["mbs"] == "8"
+    assert f"the other {sum(v is not None for v in t.values()) - len(shown)} training keys at their defaults" in line
