@@ -44,6 +44,9 @@ DEFAULT_BATCH = 500
 DEFAULT_IN_FLIGHT = 2
 """Scoring calls queued on each actor at once: the next batch waits on the actor while it scores one, so it
 never idles while the driver collects a result and sends more (``benchmarks/bench_ray.py``)."""
+ANSWER_WAIT_S = 10.0
+"""Longest the pool waits, once an actor is found dead, for the answer of the oldest call it holds (a call that
+ended before the death has its answer on the way; one that did not raises at once)."""
 DEFAULT_CALL_TIMEOUT_S = 3600.0
 """Longest one actor call may take before its actor is taken for hung (a batch of 500 simulate-mode
 projections takes about a second; a whole search of a comparison, minutes)."""
@@ -225,7 +228,7 @@ class ScoringPool:
                 started[calls[0]] = time.monotonic()
             started.pop(ref, None)
 
-        def died(ref: Any, why: str) -> None:
+        def died(ref: Any, why: str, hung: bool) -> None:
             """The actor of ``ref`` is dead or hung: collect what it answered, blame the call it was running,
             queue the others again as they were, replace it."""
             actor = running[ref][3]
@@ -235,7 +238,11 @@ class ScoringPool:
                 started.pop(r, None)
                 if blamed is None:
                     try:
-                        keep(off, ray.get(r, timeout=0))  # it answered before it died
+                        # it answered before it died: the answer of a call that ended just before the death may
+                        # reach this process after the news of the death, so wait for it (a call the dead actor
+                        # never ended raises RayActorError as soon as the death is known; a hung one is still
+                        # running: no wait)
+                        keep(off, ray.get(r, timeout=0 if hung else ANSWER_WAIT_S))
                         continue
                     except (RayActorError, GetTimeoutError):
                         blamed = (off, item, deaths, pref)
@@ -285,7 +292,7 @@ class ScoringPool:
                     continue
                 except (RayActorError, GetTimeoutError) as exc:
                     why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
-                died(ref, why)
+                died(ref, why, hung=ref in hung)
         result: list[Any] = []
         for off in sorted(out):
             part = out[off]
