@@ -179,7 +179,9 @@ class ScoringPool:
         halves; a replacement actor takes over the dead one's items); one that cannot be cut and has seen
         ``max_retries`` + 1 deaths becomes ``on_failure(item, reason)`` (a list of results for a sequence,
         one result otherwise). Only the call the actor was running when it died is held against its item;
-        the calls queued behind it go back as they were.
+        the calls queued behind it go back as they were. An item held against once runs again only on an actor
+        with nothing in flight (never behind another call), so a death while it runs is its own: a healthy item
+        blamed in a race is retried, never recorded failed.
         ``convert(offset, answer)``: applied to each answer (or ``on_failure``'s) as it comes in, while the actors
         work on the next ones.
         """
@@ -209,7 +211,7 @@ class ScoringPool:
             for actor in list(self.actors):
                 calls = flight.setdefault(id(actor), collections.deque())
                 while queue and len(calls) < depth:
-                    entry = self._take(queue, slot.get(id(actor)), steal=not calls)
+                    entry = self._take(queue, slot.get(id(actor)), steal=not calls, suspects=not calls)
                     if entry is None:
                         break
                     off, item, deaths, pref = entry
@@ -303,20 +305,24 @@ class ScoringPool:
         return result
 
     @staticmethod
-    def _take(queue: collections.deque, slot: int | None, *, steal: bool = True
+    def _take(queue: collections.deque, slot: int | None, *, steal: bool = True, suspects: bool = True
               ) -> tuple[int, Any, int, int | None] | None:
         """The next work item for the actor in ``slot``: the first one it is preferred for (or that has no
         preference), else (``steal``) the last one of the actor with the most items queued (stealing from the
-        end keeps the other actor's next items, and their warm caches, for it), else None."""
+        end keeps the other actor's next items, and their warm caches, for it), else None. ``suspects=False``
+        passes over items that were on an actor when it died (the caller has calls queued on this actor: a suspect
+        runs first on an idle one, so a death while it runs is its own)."""
         for i, entry in enumerate(queue):
-            if entry[3] is None or entry[3] == slot:
+            if (entry[3] is None or entry[3] == slot) and (suspects or not entry[2]):
                 del queue[i]
                 return entry
         if not steal:
             return None
-        left = collections.Counter(e[3] for e in queue)
+        left = collections.Counter(e[3] for e in queue if suspects or not e[2])
+        if not left:
+            return None
         most = max(left, key=lambda p: (left[p], -p))
-        i = max(i for i, e in enumerate(queue) if e[3] == most)
+        i = max(i for i, e in enumerate(queue) if e[3] == most and (suspects or not e[2]))
         entry = queue[i]
         del queue[i]
         return entry

@@ -91,3 +91,17 @@ def test_shards_keep_candidates_of_one_layer_shape_on_one_actor():
     assert len(owner) == 6 and all(owner[affinity_key(cands[i])] == a for a, p in enumerate(parts) for i in p)
     assert sorted(len(p) for p in parts) == [18, 18]
     assert {"pp", "pp_schedule"} <= PLAN_AXES and shards(cands, 2) == parts
+
+
+def test_an_item_held_against_once_goes_only_to_an_idle_actor():
+    """_take: with calls already queued on the actor (suspects=False) an item that was on an actor when it died is
+    passed over, also when stealing, and taken once the actor is idle: a death while it runs is then its own."""
+    import collections
+
+    from raytune_primus.pool import ScoringPool
+    queue = collections.deque([(0, ["a"], 1, 0), (1, ["b"], 0, 0), (2, ["c"], 1, 1), (3, ["d"], 0, 1)])
+    assert ScoringPool._take(queue, 0, steal=False, suspects=False)[1] == ["b"]
+    assert ScoringPool._take(queue, 0, steal=True, suspects=False)[1] == ["d"]  # stolen: the non-suspect one
+    assert ScoringPool._take(queue, 0, steal=True, suspects=False) is None  # only suspects left
+    assert ScoringPool._take(queue, 0, steal=False, suspects=True)[1] == ["a"]
+    assert ScoringPool._take(queue, 0, steal=True, suspects=True)[1] == ["c"] and not queue
