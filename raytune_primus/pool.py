@@ -179,9 +179,9 @@ class ScoringPool:
         halves; a replacement actor takes over the dead one's items); one that cannot be cut and has seen
         ``max_retries`` + 1 deaths becomes ``on_failure(item, reason)`` (a list of results for a sequence,
         one result otherwise). Only the call the actor was running when it died is held against its item;
-        the calls queued behind it go back as they were. An item held against once runs again only on an actor
-        with nothing in flight (never behind another call), so a death while it runs is its own: a healthy item
-        blamed in a race is retried, never recorded failed.
+        the calls queued behind it go back as they were. An item held against once runs again alone on an actor
+        (nothing in flight before or after it), so a death while it runs is its own, and its answer cannot race
+        another call's death: a healthy item blamed in a race is retried, never recorded failed.
         ``convert(offset, answer)``: applied to each answer (or ``on_failure``'s) as it comes in, while the actors
         work on the next ones.
         """
@@ -210,7 +210,7 @@ class ScoringPool:
         def fill() -> None:
             for actor in list(self.actors):
                 calls = flight.setdefault(id(actor), collections.deque())
-                while queue and len(calls) < depth:
+                while queue and len(calls) < depth and not (calls and running[calls[-1]][2]):  # a suspect: alone
                     entry = self._take(queue, slot.get(id(actor)), steal=not calls, suspects=not calls)
                     if entry is None:
                         break
