@@ -23,7 +23,8 @@ Faults (issue 13): an actor that dies in the middle of a batch (its process kill
 is dropped and replaced by a fresh one (up to ``max_replacements``), and its batch goes back in the
 queue: the first time whole, then cut in halves, so a candidate that kills every actor that scores it
 ends up alone and, after ``max_retries`` more deaths, is returned as a ``failed`` result with the
-reason; every other candidate is scored normally. ``map`` retries a whole call the same way (a
+reason; every other candidate is scored normally (an item held against once runs again alone on an idle actor,
+so a death is only ever held against the call that ran into it). ``map`` retries a whole call the same way (a
 search of a comparison resumes from its own ledger). A call that has not answered after
 ``call_timeout_s`` counts as a death too (its actor is killed), so no batch can hang the pool.
 """
