@@ -71,7 +71,7 @@ def tune_collector() -> tuple[int, int, int]:
 
 @contextmanager
 def bulk_pass() -> Iterator[None]:
-    """A stretch of bulk projection (``validate``'s rows, a batch pre-filter) in a process tuned for it
+    """A stretch of bulk projection (``validate``'s rows) in a process tuned for it
     (:func:`tune_collector`; elsewhere this does nothing): no collection runs inside it, and what survives it is moved
     to the oldest generation without being walked (``gc.freeze()`` then ``gc.unfreeze()``: two list splices, and the
     young count starts again from 0). What survives such a stretch is the oracle's cache entries (shapes, op

@@ -459,8 +459,9 @@ def hf_card_name(path: str | Path, data: Any = None) -> str:
     (``models--Qwen--Qwen2.5-7B/snapshots/<hash>/config.json`` -> 'Qwen2.5-7B'), else the folder holding the file
     (resolved: ``./config.json`` is named after the current folder), else the file's stem."""
     given = data.get("_name_or_path") if isinstance(data, dict) else None
-    if isinstance(given, str) and given.strip().strip("/\\"):
-        return re.split(r"[/\\]", given.strip().rstrip("/\\"))[-1]
+    last = re.split(r"[/\\]", given.strip().rstrip("/\\"))[-1] if isinstance(given, str) else ""
+    if last not in ("", ".", ".."):  # '.' or './': the folder it was loaded from, found below
+        return last
     p = Path(path).resolve()
     parent = p.parent
     if parent.parent.name == "snapshots" and parent.parent.parent.name.startswith("models--"):

@@ -99,6 +99,8 @@ def test_a_config_json_is_named_after_its_repository(tmp_path, monkeypatch):
     assert hf_card_name("config.json", {**cfg, "_name_or_path": "meta-llama/Llama-3.1-8B"}) == "Llama-3.1-8B"
     assert hf_card_name("config.json", {**cfg, "_name_or_path": "/data/ckpt/llama8b/"}) == "llama8b"
     assert hf_card_name("config.json", {**cfg, "_name_or_path": ""}) == "my-8b"
+    assert hf_card_name("config.json", {**cfg, "_name_or_path": "./"}) == "my-8b"
+    assert hf_card_name("config.json", {**cfg, "_name_or_path": ".."}) == "my-8b"
 
 
 def test_mistral_sliding_window_on_every_layer():
