@@ -233,7 +233,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(line)
         models = s.get("by_model") or {}
         if models:
-            print("\nper model (quality A rows; newest release in brackets):")
             mrows = []
             for m, x in models.items():
                 a, na = x["every_A"], x["newest_A"]
@@ -242,7 +241,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 mrows.append([m, str(a["n"]), f"{100 * a['median_abs_error']:.1f}%", f"{100 * a['within_10pct']:.0f}%",
                               f"{100 * x['median_signed_every_A']:+.1f}%",
                               f"[{na['n']}: {100 * na['median_abs_error']:.1f}%]" if na["n"] else "-"])
-            print(table(mrows, ["model", "n", "median|err|", "within 10%", "median signed", "newest"], "lrrrrl"))
+            if mrows:
+                print("\nper model (quality A rows; newest release in brackets):")
+                print(table(mrows, ["model", "n", "median|err|", "within 10%", "median signed", "newest"], "lrrrrl"))
+            else:  # a CSV of one's own runs often has no quality column: the figures above cover every row
+                print("\nper model: no row is rated quality A (the CSV's quality column), so no per-model table")
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0

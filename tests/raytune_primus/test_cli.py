@@ -173,3 +173,15 @@ def test_version_with_a_bad_jit_mode_is_a_one_line_error(capsys, monkeypatch):
         main(["--version"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.strip() == "error: RAYTUNE_PRIMUS_JIT='fast' is not one of auto, on, numba, off"
+
+
+def test_validate_of_ones_own_runs_without_a_quality_column(capsys, tmp_path):
+    """A CSV of one's own runs (the required columns, no quality): every row projected and scored; no empty
+    per-model table, a line saying why there is none."""
+    csv = tmp_path / "mine.csv"
+    csv.write_text("id,model,hardware,num_gpus,seq_len,gbs,tp,pp,measured_tokens_per_s_per_gpu\n"
+                   "r1,llama3.1-8b,h100-sxm,8,8192,128,1,1,11000\nr2,llama3.1-70b,h100-sxm,64,8192,128,4,4,1500\n")
+    code, out, err = run_cli(capsys, "validate", str(csv))
+    assert code == 0, err
+    assert "2/2 rows projected" in out and "per model (quality A rows" not in out
+    assert "per model: no row is rated quality A" in out
