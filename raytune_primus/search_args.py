@@ -38,6 +38,20 @@ def _non_negative(name: str):
     return _integer(name, 0)
 
 
+def _seed(name: str):
+    """A searcher seed: an integer in 0..MAX_SEED (searchers.experiment), as an experiment file's seed."""
+    from searchers.experiment import MAX_SEED
+    whole = _integer(name, 0)
+
+    def parse(text: str) -> int:
+        v = whole(text)
+        if v > MAX_SEED:
+            raise argparse.ArgumentTypeError(f"{name} must be in 0..{MAX_SEED} (the searchers' generators take "
+                                             f"32-bit seeds), got {v}")
+        return v
+    return parse
+
+
 def _seconds(name: str):
     def parse(text: str) -> float:
         try:
@@ -160,7 +174,7 @@ def add_run_arguments(p: argparse.ArgumentParser, *, driver: bool = True) -> Non
 def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     """One searcher, one seed."""
     p.add_argument("--searcher", metavar="NAME", help=f"{_searcher_names()} (default: the experiment's)")
-    p.add_argument("--seed", type=int, help="the searcher's seed, a value (default: the experiment's)")
+    p.add_argument("--seed", type=_seed("--seed"), help="the searcher's seed, 0..2**32-1 (default: the experiment's)")
     p.add_argument("--max-concurrent", type=_positive("--max-concurrent"), metavar="N",
                    help="ray: concurrent trials (default 1, so the sequence equals the in-process driver's)")
     p.add_argument("--max-failures", type=_non_negative("--max-failures"), default=2, metavar="N",
@@ -175,7 +189,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=_positive("--seeds"), default=5, metavar="N",
                        help="how many seeds per searcher: 0..N-1 (default 5)")
-    seeds.add_argument("--seed-list", type=int, nargs="+", metavar="SEED",
+    seeds.add_argument("--seed-list", type=_seed("--seed-list"), nargs="+", metavar="SEED",
                        help="these seeds per searcher instead of 0..N-1")
     p.add_argument("--searchers", nargs="+", metavar="NAME",
                    help=f"searchers to compare, of {_searcher_names()} (default: seed_llm tpe gp random grid)")

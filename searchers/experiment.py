@@ -49,6 +49,8 @@ from oracle.schema import unknown_key_problems
 from oracle.yamlio import load_mapping
 
 EXPERIMENT_DIR = Path(__file__).resolve().parents[1] / "experiments"
+MAX_SEED = 2**32 - 1
+"""Largest seed every searcher takes (Optuna's samplers seed numpy's MT19937, which takes 0..2**32-1)."""
 TOP_KEYS = ["name", "description", "model", "cluster", "baseline", "space", "searcher", "budget", "seed",
             "oracle_mode"]
 ORACLE_MODES = ("simulate", "benchmark", "synthetic")
@@ -166,6 +168,9 @@ class Experiment:
             problems.append(f"{where}.budget={budget!r} must be a positive integer (trials)")
         if isinstance(seed, bool) or not isinstance(seed, int):
             problems.append(f"{where}.seed={seed!r} must be an integer")
+        elif not 0 <= seed <= MAX_SEED:
+            problems.append(f"{where}.seed={seed} must be in 0..{MAX_SEED} (the searchers' generators take 32-bit "
+                            f"seeds)")
         mode = data.get("oracle_mode", "simulate")
         if mode not in ORACLE_MODES:
             problems.append(f"{where}.oracle_mode={mode!r} is not one of {' | '.join(ORACLE_MODES)}")

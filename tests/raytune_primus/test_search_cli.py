@@ -182,3 +182,23 @@ def test_the_tune_summary_prints_the_winners_layout_and_what_is_not_at_its_defau
     assert list(shown) == [k for k in t if k in WINNER_KEYS or k in ("fsdp", "use_distributed_optimizer")]
     assert shown["fsdp"] == "True" and shown["use_distributed_optimizer"] == "False" and shown["mbs"] == "8"
     assert f"the other {sum(v is not None for v in t.values()) - len(shown)} training keys at their defaults" in line
+
+
+def test_seed_flags_take_what_every_searcher_takes(capsys):
+    """--seed and --seed-list: integers in 0..2**32-1, refused otherwise with the range (tpe raised from numpy)."""
+    import argparse
+
+    from raytune_primus.search_args import add_compare_arguments, add_tune_arguments
+    p = argparse.ArgumentParser()
+    add_tune_arguments(p)
+    assert p.parse_args(["--seed", str(2**32 - 1)]).seed == 2**32 - 1
+    for bad in ("-1", str(2**32), "x"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--seed", bad])
+        assert "--seed must be" in capsys.readouterr().err
+    c = argparse.ArgumentParser()
+    add_compare_arguments(c)
+    assert c.parse_args(["--seed-list", "0", "7"]).seed_list == [0, 7]
+    with pytest.raises(SystemExit):
+        c.parse_args(["--seed-list", "1", str(2**32)])
+    assert "--seed-list must be in 0..4294967295" in capsys.readouterr().err

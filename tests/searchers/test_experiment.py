@@ -74,3 +74,13 @@ def test_yaml_file_round_trip(tmp_path):
     p.write_text(yaml.safe_dump(_spec(space={"restrict": {"mbs": [1, 2]}})))
     exp = load_experiment(p)
     assert exp.name == "mine" and exp.space.values["mbs"] == (1, 2) and exp.source == str(p)
+
+
+def test_a_seed_outside_what_the_searchers_take_is_an_error_naming_the_range():
+    """Optuna's samplers seed numpy's MT19937 (0..2**32-1) and the ledger stores int64: a seed outside 0..2**32-1
+    is refused when the experiment is read (it was a traceback from numpy, or an OverflowError from the ledger)."""
+    from searchers.experiment import MAX_SEED
+    assert Experiment.from_dict(_spec(seed=MAX_SEED), name="ok").seed == MAX_SEED
+    for seed in (-1, MAX_SEED + 1, 2**63):
+        with pytest.raises(InvalidConfigError, match=rf"seed={seed} must be in 0\.\.{MAX_SEED}"):
+            Experiment.from_dict(_spec(seed=seed), name="bad")
