@@ -14,7 +14,7 @@ from typing import Any
 from oracle.collector import tune_bulk_process
 from oracle.errors import InvalidConfigError, PrimusError, clip
 from oracle.units import GIB
-from raytune_primus.search_args import _positive
+from raytune_primus.search_args import _non_negative, _positive
 
 EXIT_USAGE = 2
 EXIT_NOT_VALID = 3
@@ -82,7 +82,7 @@ def _project_run(args: argparse.Namespace):
         data = load_mapping(args.config, "config file")
     else:
         missing = [f for f, v in (("--model", args.model), ("--hardware", args.hardware), ("--num-gpus", args.num_gpus))
-                   if not v]
+                   if v is None]
         if missing:
             raise _usage(f"project needs a config file, or --model M --hardware H --num-gpus N (missing "
                          f"{', '.join(missing)}) with the batch from --seq-len S --gbs G, --megatron-args or --set")
@@ -478,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "or give --model/--hardware/--num-gpus")
     pj.add_argument("--model", metavar="M", help="bundled card name, card YAML path or Hugging Face config.json path")
     pj.add_argument("--hardware", metavar="H", help="hardware profile name or YAML path")
-    pj.add_argument("--num-gpus", type=int, metavar="N", help="GPUs in the job")
+    pj.add_argument("--num-gpus", type=_positive("--num-gpus"), metavar="N", help="GPUs in the job")
     pj.add_argument("--seq-len", type=_positive("--seq-len"), metavar="S",
                     help="sequence length in tokens (training.seq_len), as tune takes it")
     pj.add_argument("--gbs", type=_positive("--gbs"), metavar="G", help="global batch in sequences (training.gbs)")
@@ -502,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "relative to the CSV's folder")
     va.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     va.add_argument("--plot", metavar="FILE.png", help="also plot projected against measured here")
-    va.add_argument("--jobs", type=int, default=1, metavar="N",
+    va.add_argument("--jobs", type=_non_negative("--jobs"), default=1, metavar="N",
                     help="processes to project the rows in (0: every core; default 1); same results")
     va.set_defaults(func=cmd_validate)
 

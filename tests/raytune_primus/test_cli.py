@@ -185,3 +185,14 @@ def test_validate_of_ones_own_runs_without_a_quality_column(capsys, tmp_path):
     assert code == 0, err
     assert "2/2 rows projected" in out and "per model (quality A rows" not in out
     assert "per model: no row is rated quality A" in out
+
+
+def test_count_flags_refuse_zero_and_negative_values(capsys):
+    """project --num-gpus 0 was reported as a missing flag; validate --jobs -1 ran on one process: both are now
+    argparse errors naming the flag and the range."""
+    for argv, needle in ((["project", "--model", "llama3.1-8b", "--hardware", "h100", "--num-gpus", "0",
+                           "--seq-len", "4096", "--gbs", "64"], "--num-gpus must be a positive integer, got 0"),
+                         (["validate", "x.csv", "--jobs", "-1"], "--jobs must be a non-negative integer, got -1")):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2 and needle in capsys.readouterr().err
