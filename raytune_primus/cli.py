@@ -568,6 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file the command writes or reads (a --plot under /proc, a full disk): which, and why
+        where = f"{clip(str(exc.filename), MAX_ERROR_LINE // 2)}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def validation_scatter(results: Iterable[Any], path: str | Path) -> Path:
         for i, g in enumerate(sorted({r.group for r in rows})):
             rs = [r for r in rows if r.group == g]
             ax.scatter([r.measured for r in rs], [r.projected for r in rs], s=28, color=_colour(i),
-                       label=g[:45], alpha=0.85)
+                       label=(g or "(no group)")[:45], alpha=0.85)
         lo = min(min(r.measured for r in rows), min(r.projected for r in rows)) * 0.8
         hi = max(max(r.measured for r in rows), max(r.projected for r in rows)) * 1.2
         xs = [lo, hi]

@@ -196,3 +196,22 @@ def test_count_flags_refuse_zero_and_negative_values(capsys):
         with pytest.raises(SystemExit) as stop:
             main(argv)
         assert stop.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_a_file_that_cannot_be_written_is_one_error_line(capsys, tmp_path):
+    """An output path the command cannot write (a folder where a file should go) is an error naming the path and
+    the reason, exit 2, no traceback; a CSV without groups plots without a legend warning."""
+    import warnings
+
+    csv = tmp_path / "mine.csv"
+    csv.write_text("id,model,hardware,num_gpus,seq_len,gbs,tp,pp,measured_tokens_per_s_per_gpu\n"
+                   "r1,llama3.1-8b,h100-sxm,8,8192,128,1,1,11000\n")
+    blocked = tmp_path / "blocked.png"
+    blocked.mkdir()  # a folder where the figure should go
+    code, out, err = run_cli(capsys, "validate", str(csv), "--plot", str(blocked))
+    assert code == 2 and "Traceback" not in err and str(blocked) in err
+    assert len(err.strip().splitlines()) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, out, err = run_cli(capsys, "validate", str(csv), "--plot", str(tmp_path / "ok.png"))
+    assert code == 0 and (tmp_path / "ok.png").exists(), err
