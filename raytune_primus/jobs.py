@@ -131,7 +131,7 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
                 shutil.rmtree(p)
             elif p.exists():
                 p.unlink()
-    results.mkdir(parents=True, exist_ok=True)
+    make_results_folder(results)
     ledger_path = results / "ledger.parquet"
     ev = _evaluator_for(exp, evaluator)
     t0 = time.perf_counter()
@@ -167,6 +167,16 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
 
 WINNER_KEYS = ("seq_len", "gbs", "mbs", "tp", "pp", "vpp", "cp", "ep", "etp", "precision", "pp_schedule", "recompute")
 """The winner's training keys the tune summary prints whatever their values (the others where not at their default)."""
+
+
+def make_results_folder(path: Path) -> Path:
+    """``path`` made a folder (with its parents) for a run's ledger, summary and report; a clear error where a file
+    stands there."""
+    if path.exists() and not path.is_dir():
+        raise InvalidConfigError(f"results folder {str(path)!r} is a file: give a folder (made if missing), or move "
+                                 f"the file")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def format_tune_summary(s: dict[str, Any]) -> str:
@@ -225,7 +235,7 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
     results = Path(results_dir) if results_dir is not None else None
     ledger = None
     if results is not None:
-        results.mkdir(parents=True, exist_ok=True)
+        make_results_folder(results)
         ledger = results / "ledger.parquet"
     ev = _evaluator_for(exp, evaluator)
     if driver == "inprocess":
@@ -365,8 +375,7 @@ def run_suite_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                         seeds=seeds, searchers=args.searchers, progress=say)
     summary["driver"] = args.driver
     if args.results:
-        out = Path(args.results)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_results_folder(Path(args.results))
         write_json(out / "suite.json", summary)
     if args.format == "json":
         json.dump(_json_safe(summary), sys.stdout, indent=2, default=str)

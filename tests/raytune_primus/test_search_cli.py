@@ -202,3 +202,15 @@ def test_seed_flags_take_what_every_searcher_takes(capsys):
     with pytest.raises(SystemExit):
         c.parse_args(["--seed-list", "1", str(2**32)])
     assert "--seed-list must be in 0..4294967295" in capsys.readouterr().err
+
+
+def test_a_results_path_that_is_a_file_is_a_clear_error(tmp_path):
+    """tune/compare --results onto a file: an error naming it (was the OS's 'File exists'); a missing folder is made."""
+    from oracle.errors import InvalidConfigError
+    from raytune_primus.jobs import make_results_folder
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(InvalidConfigError, match=r"results folder '.*afile' is a file"):
+        make_results_folder(f)
+    made = make_results_folder(tmp_path / "a" / "b")
+    assert made.is_dir()
