@@ -72,6 +72,20 @@ def _env_default(name: str, value: str) -> Iterator[None]:
     finally:
         if not had:
             os.environ.pop(name, None)
+
+
+def _dspy() -> Any:
+    """``dspy`` (and with it LiteLLM), imported with LiteLLM's own fetches off: at import LiteLLM downloads its
+    model-cost map from GitHub unless ``LITELLM_LOCAL_MODEL_COST_MAP`` or ``LITELLM_OFFLINE_MODE`` is set, and a run
+    may reach no network but the user's own endpoint. The caller's environment is put back (a value the user set
+    stands). Every import of dspy in this module goes through here: the first one decides. LiteLLM is imported here
+    too: dspy imports it only when an LM first runs, which would be outside this block."""
+    with _env_default("LITELLM_LOCAL_MODEL_COST_MAP", "True"), _env_default("LITELLM_OFFLINE_MODE", "true"):
+        import dspy
+        import litellm  # noqa: F401
+    return dspy
+
+
 _LLM_KEYS = ["model", "api_base", "api_key_env", "timeout_s", "max_tokens", "temperature", "engine",
              "num_retries", "max_iters", "prompt_tokens"]
 CHARS_PER_TOKEN = 3.0
@@ -141,8 +155,7 @@ class LLMSettings:
 
     def build_lm(self) -> Any:
         """A ``dspy.LM`` for these settings (reads the key from the environment; no response cache)."""
-        with _env_default("LITELLM_LOCAL_MODEL_COST_MAP", "True"):  # read once, when litellm is imported
-            import dspy
+        dspy = _dspy()
         kwargs: dict[str, Any] = {"cache": False, "num_retries": self.num_retries, "timeout": self.timeout_s,
                                   "max_tokens": self.max_tokens}
         if self.temperature is not None:
@@ -171,7 +184,7 @@ def llm_label(settings: Any, lm: Any = None) -> str:
 
 # ---------------------------------------------------------------------------------------------- DSPy
 def _signatures() -> tuple[Any, Any]:
-    import dspy
+    dspy = _dspy()
 
     class PlanSignature(dspy.Signature):
         """Plan the next round of a search for the fastest memory-legal distributed-training configuration.
@@ -370,7 +383,7 @@ def _history_rows(history: History, k: int, reason_chars: int = 200) -> list[dic
 
 def prompt_chars(signature: Any, inputs: Mapping[str, Any]) -> int:
     """Characters of the chat prompt DSPy's ChatAdapter builds for ``signature`` and ``inputs``."""
-    import dspy
+    dspy = _dspy()
     try:
         msgs = dspy.ChatAdapter().format(signature, demos=[], inputs=dict(inputs))
         return sum(len(str(m.get("content", ""))) for m in msgs)
@@ -380,7 +393,7 @@ def prompt_chars(signature: Any, inputs: Mapping[str, Any]) -> int:
 
 def _bounded_react(signature: Any, tools: list[Any], max_iters: int) -> Any:
     """``dspy.ReAct`` whose trajectory keeps only the latest tool steps that fit ``trajectory_chars``."""
-    import dspy
+    dspy = _dspy()
 
     class BoundedReAct(dspy.ReAct):
         trajectory_chars = 10**9
@@ -725,7 +738,7 @@ class LLMProposer:
 
     # ------------------------------------------------------------------ one round (in the greenlet)
     def _run_round(self) -> None:
-        import dspy
+        dspy = _dspy()
         PlanSignature, SearchSignature = _signatures()
         planned: list[dict[str, Any]] = []
         plan_text = ""

@@ -177,3 +177,24 @@ def test_the_offline_fallback_keeps_the_search_context(small):
     prop = LLMProposer(small.space, History(small.space), lm=object(), context=ctx)
     prop._switch_to_fallback("test")
     assert prop._fallback.context is ctx and prop._fallback.control.rounds == 7
+
+
+def test_litellm_is_imported_without_fetching_its_cost_map_and_the_environment_is_put_back():
+    """The first import of dspy/LiteLLM (searchers.llm._dspy, which every import in the module uses) runs with
+    LiteLLM's own fetches off, in a fresh interpreter whose environment does not set them: LiteLLM loads its bundled
+    cost map without trying GitHub (it did when dspy imported LiteLLM lazily, at the first LM call), and neither
+    variable is left set."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_OFFLINE_MODE")}
+    code = ("import os, searchers.llm as L; L._dspy(); "
+            "from litellm.litellm_core_utils.get_model_cost_map import _cost_map_source_info as i; "
+            "print(i.source, i.is_env_forced, os.environ.get('LITELLM_LOCAL_MODEL_COST_MAP'), "
+            "os.environ.get('LITELLM_OFFLINE_MODE'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["local", "True", "None", "None"], out.stdout + out.stderr[-2000:]
+    assert "fetch" not in out.stderr
