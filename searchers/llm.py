@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +80,10 @@ def _dspy() -> Any:
     model-cost map from GitHub unless ``LITELLM_LOCAL_MODEL_COST_MAP`` or ``LITELLM_OFFLINE_MODE`` is set, and a run
     may reach no network but the user's own endpoint. The caller's environment is put back (a value the user set
     stands). Every import of dspy in this module goes through here: the first one decides. LiteLLM is imported here
-    too: dspy imports it only when an LM first runs, which would be outside this block."""
+    too: dspy imports it only when an LM first runs, which would be outside this block. Once both are imported the
+    environment is not touched again (prompt sizing calls this per estimate; other threads read the environment)."""
+    if "dspy" in sys.modules and "litellm" in sys.modules:
+        return sys.modules["dspy"]
     with _env_default("LITELLM_LOCAL_MODEL_COST_MAP", "True"), _env_default("LITELLM_OFFLINE_MODE", "true"):
         import dspy
         import litellm  # noqa: F401
