@@ -181,8 +181,9 @@ def _llama(r: _Reader) -> dict[str, Any]:
 
 
 def _default_layer_types(r: _Reader, n_layers: Any) -> list[str] | None:
-    """Per-layer attention kinds implied by older configs that have no layer_types."""
-    if not isinstance(n_layers, int):
+    """Per-layer attention kinds implied by older configs that have no layer_types (none for a layer count the card
+    refuses: below 1, or above the accepted sizes, which are refused before)."""
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 1 <= n_layers <= MAX_LIST_LENGTH:
         return None
     if r.model_type in ("mistral", "mixtral"):
         kind = "sliding_attention" if r.opt("sliding_window") else "full_attention"

@@ -95,13 +95,15 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
     if annotation is float:
         if isinstance(value, bool):
             raise ValueError(f"{name}={value!r} must be a number")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
+        try:
+            if isinstance(value, (int, float)):
+                return float(value)
+            if isinstance(value, str):
                 return float(value.strip())
-            except ValueError:
-                pass
+        except ValueError:
+            pass
+        except OverflowError:  # an integer past float's range (~1.8e308)
+            raise ValueError(f"{name}={clip(repr(value), 60)} is too large: a number must be below about 1.8e308") from None
         raise ValueError(f"{name}={value!r} must be a number")
     if annotation is str:
         if isinstance(value, str):

@@ -206,6 +206,17 @@ def test_imported_card_violating_card_rules_is_rejected():
         card_from_hf_config(cfg, "bad")
 
 
+@pytest.mark.parametrize("folder, extra", [("llama-3.1-8b", {"model_type": "mistral", "sliding_window": 4096}),
+                                           ("gpt-oss-120b", {"layer_types": None}), ("gemma-2-9b", {})])
+@pytest.mark.parametrize("layers", [0, -3, pytest.param(-10**80, id="-1e80")])
+def test_a_layer_count_below_one_is_the_cards_error_not_an_overflow(folder, extra, layers):
+    # the per-layer attention kinds of older configs were a list of num_hidden_layers entries: [x] * -10**80
+    # raised OverflowError (found by benchmarks/fuzz_inputs.py --random)
+    cfg = {k: v for k, v in (_config(folder) | extra | {"num_hidden_layers": layers}).items() if v is not None}
+    with pytest.raises(InvalidConfigError, match="num_layers"):
+        card_from_hf_config(cfg, "bad")
+
+
 # ------------------------------------------------------------------ YAML round trip
 @pytest.mark.parametrize("name", bundled_models())
 def test_bundled_card_yaml_round_trip(name):
