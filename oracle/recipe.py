@@ -19,6 +19,7 @@ Nothing is dropped silently. ``megatron_args`` inverts the mapping for ``export 
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -107,7 +108,8 @@ def _bool(v: Any, key: str) -> bool:
 
 
 def _int(v: Any, key: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)) \
+            or int(v) != v:
         raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} must be a whole number")
     return int(v)
 
@@ -123,6 +125,8 @@ def _list(v: Any) -> list[str]:
         return []
     if isinstance(v, str):
         return [x for x in re.split(r"[\s,+\[\]]+", v) if x]
+    if not isinstance(v, (list, tuple)):  # one value where a list belongs: a list of it (its checks name it)
+        return [str(v)]
     return [str(x) for x in v]
 
 

@@ -348,6 +348,48 @@ def _lib_csv(path: Path, doc: Any) -> Any:
     return len(rows)
 
 
+def _launch_seed() -> dict[str, Any]:
+    """A Megatron-LM launch line as flag -> value (True: a bare flag; a list: several words; a NAME: an environment
+    word), what ``project --megatron-args`` reads."""
+    return {"--tensor-model-parallel-size": 2, "--pipeline-model-parallel-size": 1, "--expert-model-parallel-size": 4,
+            "--micro-batch-size": 1, "--global-batch-size": 16, "--seq-length": 1024, "--bf16": True,
+            "--recompute-granularity": "selective", "--recompute-modules": ["core_attn", "moe_act"],
+            "--moe-token-dispatcher-type": "alltoall", "--cuda-graph-impl": "transformer_engine",
+            "--cuda-graph-scope": ["attn"], "--use-distributed-optimizer": True, "NVTE_FUSED_ATTN": 1}
+
+
+def _launch_line(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return str(doc)
+    env, words = [], []  # environment words first: after a flag a word is its value
+    for k, v in doc.items():
+        k = str(k)
+        if not k.startswith("-"):
+            env.append(f"{k}={v}")
+        elif v is True:
+            words.append(k)
+        else:
+            words += [k, *(map(str, v) if isinstance(v, list) else [str(v)])]
+    return " ".join(env + words)
+
+
+def _write_launch(doc: Any, tmp: Path, data: st.DataObject) -> tuple[Path, str]:
+    text, how = garble(_launch_line(doc), data)
+    p = _fresh(tmp, "launch.txt")
+    p.write_text(text, encoding="utf-8", errors="surrogateescape")
+    return p, how
+
+
+def _launch_argv(path: Path, tmp: Path) -> list[str]:
+    return ["project", "--model", "tiny-moe", "--hardware", "h100-sxm", "--num-gpus", "8",
+            "--megatron-args=" + path.read_text(encoding="utf-8", errors="surrogateescape"), "--format", "json"]
+
+
+def _lib_launch(path: Path, doc: Any) -> Any:
+    from oracle.recipe import read_recipe, split_megatron_args
+    return read_recipe(split_megatron_args(path.read_text(encoding="utf-8", errors="surrogateescape")))
+
+
 def kinds() -> dict[str, Kind]:
     """Every fuzzed input kind by name."""
     hw_seed = lambda: _load_yaml("hardware/h100-sxm.yaml")  # noqa: E731
@@ -378,6 +420,7 @@ def kinds() -> dict[str, Kind]:
                                                                         .read_text()),
                                  _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
+        "megatron-args": Kind("megatron-args", _launch_seed, _write_launch, _launch_argv, _lib_launch),
     }
 
 

@@ -93,6 +93,23 @@ def test_unknown_names_and_bad_values() -> None:
                                                                                    ("--bf16", True)]
 
 
+
+@pytest.mark.parametrize("line", ["--seq-length nan", "--global-batch-size -inf", "--micro-batch-size 1e400"])
+def test_a_count_that_is_not_finite_is_a_whole_number_error(line) -> None:
+    # int(nan) / int(inf) raised ValueError / OverflowError out of the command line (found by fuzzing --megatron-args)
+    with pytest.raises(InvalidConfigError, match="must be a whole number"):
+        read_recipe(split_megatron_args(line))
+    # an integer past float's range is a whole number (the config's own checks bound it): no OverflowError
+    assert read_recipe(split_megatron_args(f"--global-batch-size -{10**80}")).training["gbs"] == -10**80
+
+
+def test_one_value_where_a_list_belongs_is_a_list_of_it() -> None:
+    # a number for a list setting raised "'float' object is not iterable" (found by fuzzing --megatron-args)
+    r = read_recipe(split_megatron_args("--recompute-granularity selective --recompute-modules -inf "
+                                        "--cuda-graph-impl transformer_engine --cuda-graph-modules 3"))
+    assert (r.training["recompute_modules"], r.training["cuda_graph_scope"]) == (["-inf"], ["3"])
+
+
 def test_command_line_layout_flags() -> None:
     r = read_recipe(split_megatron_args("python pretrain_gpt.py --tensor-model-parallel-size 4 "
                                         "--pipeline-model-parallel-size=2 --micro-batch-size 1 --global-batch-size 64 "
