@@ -646,9 +646,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             problems.append(f"--set {ov!r}: expected KEY=VALUE such as training.tp=8")
             continue
         key, raw = ov.split("=", 1)
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts:
+        parts = [p.strip() for p in key.strip().split(".")]
+        if not any(parts):
             problems.append(f"--set {ov!r}: empty key")
+            continue
+        if not all(parts):  # 'training.' or 'training..tp': a part left out, not a section to replace
+            problems.append(f"--set {ov!r}: the key {key.strip()!r} has an empty part; write SECTION.KEY=VALUE such "
+                            f"as training.tp=8")
             continue
         if len(parts) == 1 and parts[0] not in ("model", "cluster", "training"):
             parts = ["training", parts[0]]  # bare keys are training keys

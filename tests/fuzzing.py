@@ -1,10 +1,10 @@
 """Fuzzing harness for every input file the tool reads (issue 13, "fuzzed input, zero tracebacks").
 
 Each *kind* starts from a valid document (a bundled config, experiment, hardware profile, model card,
-Hugging Face config.json, a validation CSV), applies 1-3 random mutations drawn by hypothesis (a
-value replaced by NaN/inf, a huge or negative number, unicode, a 5,000-character string, a list or a
-mapping; a key deleted or an unknown one added; a section replaced by another type; two nodes made
-one YAML alias; the text truncated or garbled), writes it to a file and feeds it to
+Hugging Face config.json, a validation CSV, a Megatron-LM launch line, ``--set`` overrides), applies 1-3
+random mutations drawn by hypothesis (a value replaced by NaN/inf, a huge or negative number, unicode, a
+5,000-character string, a list or a mapping; a key deleted or an unknown one added; a section replaced by
+another type; two nodes made one YAML alias; the text truncated or garbled), writes it to a file and feeds it to
 
 * the CLI entry (``raytune_primus.cli.main(argv)`` in-process): the outcome must be exit code 0, or
   exit code 2 with ``error:`` lines on stderr, each short (:data:`MAX_LINE`), and no traceback;
@@ -390,6 +390,34 @@ def _lib_launch(path: Path, doc: Any) -> Any:
     return read_recipe(split_megatron_args(path.read_text(encoding="utf-8", errors="surrogateescape")))
 
 
+def _sets_seed() -> dict[str, Any]:
+    """``--set KEY=VALUE`` overrides of a file-less tune (training keys, bare or dotted)."""
+    return {"training.tp": 2, "pp": 1, "training.recompute": "selective", "mbs": 1, "cluster.memory_margin": 0.1}
+
+
+def _write_sets(doc: Any, tmp: Path, data: st.DataObject) -> tuple[Path, str]:
+    lines = [f"{k}={v}" for k, v in doc.items()] if isinstance(doc, dict) else [str(doc)]
+    text, how = garble("\n".join(lines), data)
+    p = _fresh(tmp, "sets.txt")
+    p.write_text(text, encoding="utf-8", errors="surrogateescape")
+    return p, how
+
+
+def _sets_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+
+
+def _sets_argv(path: Path, tmp: Path) -> list[str]:
+    return ["tune", "--model", "tiny-moe", "--hardware", "h100-sxm", "--num-gpus", "8", "--seq-len", "1024", "--gbs",
+            "16", "--driver", "inprocess", "--budget", "1", "--quiet", "--format", "json", "--fresh", "--results",
+            str(path.parent / "results"), *(w for s in _sets_of(path) for w in ("--set", s))]
+
+
+def _lib_sets(path: Path, doc: Any) -> Any:
+    from searchers.derive import derive_spec
+    return derive_spec(model="tiny-moe", hardware="h100-sxm", num_gpus=8, seq_len=1024, gbs=16, sets=_sets_of(path))
+
+
 def kinds() -> dict[str, Kind]:
     """Every fuzzed input kind by name."""
     hw_seed = lambda: _load_yaml("hardware/h100-sxm.yaml")  # noqa: E731
@@ -421,6 +449,7 @@ def kinds() -> dict[str, Kind]:
                                  _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
         "megatron-args": Kind("megatron-args", _launch_seed, _write_launch, _launch_argv, _lib_launch),
+        "set-overrides": Kind("set-overrides", _sets_seed, _write_sets, _sets_argv, _lib_sets, examples=20),
     }
 
 

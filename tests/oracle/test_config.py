@@ -159,6 +159,13 @@ def test_overrides():
     assert BASE["training"]["tp"] == 8  # input untouched
     with pytest.raises(InvalidConfigError, match="expected KEY=VALUE"):
         apply_overrides(BASE, ["training.tp"])
+    # a key with a part left out replaced its section ('training.=1.5' set training to 1.5, which tune's
+    # derivation then read as a mapping: AttributeError); it is named instead
+    for key in ("training.", "training..tp", ".tp", "cluster. .num_gpus"):
+        with pytest.raises(InvalidConfigError, match=r"has an empty part; write SECTION.KEY=VALUE"):
+            apply_overrides(BASE, [f"{key}=1.5"])
+    with pytest.raises(InvalidConfigError, match="empty key"):
+        apply_overrides(BASE, [".=1"])
 
 
 def test_list_where_mapping_belongs():
