@@ -506,7 +506,8 @@ def load_config_or_winner(path: str | Path, overrides: list[str] | None = None) 
         raise InvalidConfigError(f"{str(p)!r} is a directory without summary.json: give a config YAML or the "
                                  f"results directory of a tune/compare run")
     from oracle.config import apply_overrides
-    summary = json.loads(summary_path.read_text())
+    from raytune_primus.summary_file import read_summary
+    summary = read_summary(summary_path)
     w = summary.get("winner") or {}
     proj = w.get("projection") or {}
     if isinstance(proj.get("config"), dict):
@@ -516,5 +517,8 @@ def load_config_or_winner(path: str | Path, overrides: list[str] | None = None) 
         if not training:
             raise InvalidConfigError(f"{str(summary_path)!r} has no winner (no candidate fit in memory)")
         from searchers.experiment import load_experiment
+        if not summary.get("experiment"):
+            raise InvalidConfigError(f"{str(summary_path)!r} names no experiment, so its winner's model and cluster "
+                                     f"are unknown: give the run's config YAML instead")
         data = {**load_experiment(summary["experiment"]).space.baseline.to_dict(), "training": training}
     return RunConfig.from_dict(apply_overrides(data, overrides or []), where=str(summary_path))

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from oracle.errors import InvalidConfigError
+from oracle.errors import InvalidConfigError, clip
 from oracle.units import GIB
 
 REPORT_NAME = "report.html"
@@ -125,18 +125,18 @@ def _read_summary(results: Path) -> dict[str, Any]:
     if not path.exists():
         raise InvalidConfigError(f"{str(path)!r} does not exist: {str(results)!r} is not the results directory of "
                                  f"a tune or compare run")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InvalidConfigError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    from raytune_primus.summary_file import read_summary
+    return read_summary(path)
 
 
 def _ledger_rows(results: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
     from searchers.ledger import read_rows
 
-    path = Path(summary.get("ledger") or results / "ledger.parquet")
-    if not path.exists():
-        path = results / "ledger.parquet"
+    # the folder's own ledger first: summary.json records where the ledger was written, and a results folder
+    # copied or moved elsewhere would otherwise report the original's trials
+    path = results / "ledger.parquet"
+    if not path.exists() and summary.get("ledger"):
+        path = Path(summary["ledger"])
     rows = read_rows(path)
     exp = summary.get("experiment")
     return [r for r in rows if not exp or r.get("experiment") == exp]
@@ -331,9 +331,13 @@ def _calibration_section(out: list[str], plots: list[Path], results: Path) -> No
     from oracle.offset import MeasuredRun, OffsetFit
     from raytune_primus import plots as P
 
-    cal = json.loads(path.read_text())
-    runs = [MeasuredRun(**r["run"]) for r in cal["runs"]]
-    fit = OffsetFit(**cal["fit"])
+    try:  # what calibrate-runs wrote: a file edited or cut short is named, not a traceback
+        cal = json.loads(path.read_text(encoding="utf-8"))
+        runs = [MeasuredRun(**r["run"]) for r in cal["runs"]]
+        fit = OffsetFit(**cal["fit"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        raise InvalidConfigError(f"{str(path)!r} is not a calibration as calibrate-runs writes it ({type(exc).__name__}:"
+                                 f" {clip(str(exc), 100)}): run calibrate-runs again or move the file aside") from None
     out.append("<h2>Calibration against measured runs</h2>")
     band = "" if fit.k_low is None else f", {100 * fit.level:.0f}% band of k [{fit.k_low:.3f}, {fit.k_high:.3f}]"
     out.append(f"<p>workload offset k = projected / measured = <b>{fit.k:.3f}</b> (median {fit.k_median:.3f}, "

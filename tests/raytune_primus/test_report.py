@@ -82,6 +82,44 @@ def test_report_command_rewrites_it_and_rejects_a_non_run_dir(tuned, capsys, tmp
     assert err.count("\n") == 1 and "summary.json" in err and "does not exist" in err
 
 
+@pytest.mark.parametrize("text, named", [
+    ('{"winner": 5', "is not valid JSON"),
+    ("[]", "must be a JSON object (what tune and compare write), got a list"),
+    ('{"winner": {"config": 5}}', "winner.config must be an object, got a number: 5"),
+    ('{"best_so_far": "fast"}', 'best_so_far must be a list or null, got a string: "fast"'),
+    (b"\xff\xfe{}", "is not UTF-8 text"),
+])
+def test_a_damaged_summary_is_one_clear_error_for_report_and_export(tuned, tmp_path, capsys, text, named):
+    # a summary.json that is not JSON, not an object, or whose keys have other types raised JSONDecodeError,
+    # AttributeError or TypeError out of export and report
+    copy = tmp_path / "copy"
+    shutil.copytree(tuned, copy)
+    (copy / "summary.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+    for argv in (["report", str(copy)], ["export", str(copy), "--to", "megatron"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and named in err and all(ln.startswith("error: ") for ln in err.splitlines())
+
+
+def test_export_of_a_winner_without_its_experiment_says_what_is_missing(tmp_path, capsys):
+    (tmp_path / "summary.json").write_text('{"winner": {"config": {"tp": 1}}}')  # was KeyError: 'experiment'
+    assert main(["export", str(tmp_path), "--to", "megatron"]) == 2
+    assert "names no experiment" in capsys.readouterr().err
+
+
+def test_a_moved_results_folder_reports_its_own_ledger_and_a_damaged_calibration_is_named(tuned, tmp_path, capsys):
+    copy = tmp_path / "moved"
+    shutil.copytree(tuned, copy)  # summary.json still records the original folder's ledger path
+    (copy / "ledger.parquet").write_bytes((copy / "ledger.parquet").read_bytes()[:300])
+    assert main(["report", str(copy)]) == 2
+    assert "truncated" in capsys.readouterr().err  # the copy's ledger was read, not the original's
+    shutil.copy(tuned / "ledger.parquet", copy / "ledger.parquet")
+    (copy / "calibration.json").write_text('{"runs": [{"run": {"nope": 1}}], "fit": {}}')
+    assert main(["report", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a calibration as calibrate-runs writes it (TypeError" in err and "Traceback" not in err
+
+
 def _browser() -> str | None:
     return next((b for b in map(shutil.which, BROWSERS) if b), None)
 
