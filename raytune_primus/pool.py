@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -91,9 +92,7 @@ def shards(candidates: Sequence[Any], n: int) -> list[list[int]]:
     actor, the largest groups first, each to the least-loaded actor. Deterministic: a second call over the
     same candidates (a memory pass, then scoring) sends each to the actor whose caches already hold it
     (scoring a candidate again in the same process costs about half as much), and shapes stay together."""
-    groups: dict[tuple, list[int]] = {}
-    for i, c in enumerate(candidates):
-        groups.setdefault(affinity_key(c), []).append(i)
+    groups = _affinity_groups(candidates)
     load = [0] * max(1, n)
     out: list[list[int]] = [[] for _ in load]
     for idx in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
@@ -101,6 +100,41 @@ def shards(candidates: Sequence[Any], n: int) -> list[list[int]]:
         out[a].extend(idx)
         load[a] += len(idx)
     return [sorted(x) for x in out]
+
+
+def _affinity_groups(candidates: Sequence[Any]) -> dict[Any, list[int]]:
+    """Candidate indices by :func:`affinity_key`, each list ascending. A space's candidates share the first one's
+    keys: those are read by one itemgetter over its other-than-plan keys and grouped on the values, each group's
+    affinity key made once (~0.4 us a candidate instead of ~1.3: the driver does this before the actors start)."""
+    first = candidates[0] if len(candidates) else None
+    if type(first) is not dict:
+        out: dict[Any, list[int]] = {}
+        for i, c in enumerate(candidates):
+            out.setdefault(affinity_key(c), []).append(i)
+        return out
+    names = tuple(k for k in first if k not in PLAN_AXES)
+    keyset = first.keys()
+    get = operator.itemgetter(*names) if names else (lambda c: ())
+    fast: dict[Any, list[int]] = {}
+    rest: list[int] = []
+    for i, c in enumerate(candidates):
+        if type(c) is dict and c.keys() == keyset:
+            try:
+                fast.setdefault(get(c), []).append(i)
+                continue
+            except TypeError:  # a value that cannot be hashed: affinity_key's rule
+                pass
+        rest.append(i)
+    out = {}
+    for vals, idx in fast.items():
+        key = frozenset(zip(names, vals if len(names) != 1 else (vals,)))
+        out.setdefault(key, []).extend(idx)
+    for i in rest:
+        out.setdefault(affinity_key(candidates[i]), []).append(i)
+    if rest:  # a key shared by both kinds of candidate: its indices from both, in order again
+        for idx in out.values():
+            idx.sort()
+    return out
 
 
 class PoolError(PrimusError, RuntimeError):

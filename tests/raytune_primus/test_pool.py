@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.raytune_primus.conftest import SmallCapEvaluator
 
@@ -91,6 +93,21 @@ def test_shards_keep_candidates_of_one_layer_shape_on_one_actor():
     assert len(owner) == 6 and all(owner[affinity_key(cands[i])] == a for a, p in enumerate(parts) for i in p)
     assert sorted(len(p) for p in parts) == [18, 18]
     assert {"pp", "pp_schedule"} <= PLAN_AXES and shards(cands, 2) == parts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["tp", "mbs", "pp", "pp_schedule", "ep"]),
+                                st.one_of(st.integers(1, 3), st.sampled_from(["1f1b", "ilp"]),
+                                          st.lists(st.integers(1, 2), max_size=1)), min_size=0, max_size=5),
+                max_size=30))
+def test_affinity_groups_partition_candidates_as_affinity_key_does(cands):
+    # the itemgetter fast path over the first candidate's keys must group exactly as affinity_key: other key sets,
+    # a key set differing only in plan axes, unhashable values, one or no non-plan key
+    from raytune_primus.pool import _affinity_groups, affinity_key
+    expected: dict = {}
+    for i, c in enumerate(cands):
+        expected.setdefault(affinity_key(c), []).append(i)
+    assert _affinity_groups(cands) == expected
 
 
 def test_an_item_held_against_once_goes_only_to_an_idle_actor():
