@@ -112,7 +112,10 @@ class LLMSettings:
     api_base: str | None = None
     """OpenAI-compatible endpoint (a LiteLLM gateway, a local server)."""
     api_key_env: str | None = None
-    """Name of the environment variable holding the API key (the key itself is never in a file)."""
+    """Name of the environment variable holding the API key (the key itself is never in a file). Without it, a
+    server on this machine (``api_base`` on 127.0.0.1, localhost or ::1: llama.cpp, vLLM, Ollama, SGLang) is
+    sent the placeholder :data:`LOCAL_NO_KEY`: such servers take no key, and LiteLLM's OpenAI client refuses to
+    call without one ('Missing credentials')."""
     timeout_s: float = 300.0
     """Per-call timeout (paper: 300 s)."""
     max_tokens: int = 8000
@@ -172,7 +175,25 @@ class LLMSettings:
                 raise LLMUnavailable(f"environment variable {self.api_key_env} (api_key_env) is not set")
             register_secret(key)
             kwargs["api_key"] = key
+        elif is_loopback(self.api_base):
+            kwargs["api_key"] = LOCAL_NO_KEY
         return dspy.LM(self.model, engine=self.engine, **kwargs)
+
+
+LOCAL_NO_KEY = "no-key-local-server"
+"""The API key sent to a keyless server on this machine (:attr:`LLMSettings.api_key_env` unset): not a secret."""
+
+
+def is_loopback(api_base: str | None) -> bool:
+    """``api_base`` names a server on this machine (127.0.0.0/8, localhost, ::1)."""
+    if not api_base:
+        return False
+    from urllib.parse import urlsplit
+    try:
+        host = (urlsplit(api_base if "//" in api_base else f"//{api_base}").hostname or "").lower()
+    except ValueError:  # a malformed URL (an unclosed IPv6 bracket): not a local server
+        return False
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 class LLMUnavailable(RuntimeError):

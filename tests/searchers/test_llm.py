@@ -113,6 +113,23 @@ def test_local_server_through_litellm_key_from_env_never_logged(small, tmp_path,
     assert KEY.encode() not in path.read_bytes()
 
 
+def test_a_keyless_server_on_this_machine_is_called_without_api_key_env(small, tmp_path, monkeypatch):
+    # llama.cpp / vLLM / Ollama take no key, but LiteLLM's OpenAI client refused to call without one ('Missing
+    # credentials'): a loopback api_base without api_key_env gets a placeholder, never the environment's key
+    from searchers.llm import LOCAL_NO_KEY, is_loopback
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI(_scripted_server_answers()) as srv:
+        llm = {"model": "openai/local-model", "api_base": srv.url, "timeout_s": 20, "max_tokens": 2000}
+        res, rows, _ = _run(small, tmp_path, llm=llm)
+    assert res.proposer.startswith("seed-planner + llm:openai/local-model")
+    assert srv.requests and all(h.get("Authorization", h.get("authorization")) == f"Bearer {LOCAL_NO_KEY}"
+                                for _, h, _ in srv.requests)
+    assert any(r["phase"] == "llm" and r["status"] in ("ok", "rejected") for r in rows)
+    assert [is_loopback(u) for u in ("http://127.0.0.1:8080/v1", "localhost:11434", "http://[::1]:8000/v1",
+                                     "https://api.openai.com/v1", "http://10.1.2.3:8000", "http://[::1", None)] == [
+        True, True, True, False, False, False, False]
+
+
 def test_local_server_timeout_is_counted_and_the_search_goes_on(small, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("PRIMUS_TEST_LLM_KEY", KEY)
     with FakeOpenAI(delay_s=3.0) as srv:
