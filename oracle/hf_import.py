@@ -33,7 +33,8 @@ _ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox", "NemotronForCausalLM": "nemotron", "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Llama4ForConditionalGeneration": "llama4",
-    "Llama4ForCausalLM": "llama4_text", "DbrxForCausalLM": "dbrx",
+    "Llama4ForCausalLM": "llama4_text", "DbrxForCausalLM": "dbrx", "Phi3ForCausalLM": "phi3",
+    "GraniteForCausalLM": "granite", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
 }
 # Multimodal wrappers whose language model is a nested config: model_type -> key of the text config.
 _TEXT_CONFIG = {"llama4": "text_config", "gemma3": "text_config"}
@@ -165,7 +166,9 @@ def _moe_layout(r: _Reader, n_layers: int, is_moe: Callable[[int], bool]) -> dic
 
 # ------------------------------------------------------------------ families
 def _llama(r: _Reader) -> dict[str, Any]:
-    """llama, mistral, qwen2, qwen3 (dense, gated, RMSNorm)."""
+    """llama, mistral, qwen2, qwen3, and the Llama-shaped phi3 (Phi-3 / Phi-4: fused qkv and gate-up projections,
+    the same matrices), granite (Granite 3: scalar multipliers, no weights) and olmo2 (norms after each block and
+    on the full q / k projections) (dense, gated, RMSNorm)."""
     mt = r.model_type
     card = _attention_shape(r)
     card.update(ffn_hidden_size=r.req("intermediate_size"), norm="rmsnorm", activation=r.act(True),
@@ -174,8 +177,13 @@ def _llama(r: _Reader) -> dict[str, Any]:
         card["qkv_bias"] = True
     else:
         card.update(_biases(r))
-    if mt == "qwen3":
+    if mt in ("qwen3", "olmo2"):
         card["qk_layernorm"] = True
+    if mt == "olmo2":
+        r.notes.append("OLMo 2 normalises the whole q and k projections; counted as per-head q/k norms "
+                       "(~2 x (heads - 1) x head_dim parameters per layer fewer)")
+    if mt == "phi3" and r.opt("partial_rotary_factor", 1.0) != 1.0:
+        r.notes.append("partial_rotary_factor: rotary on part of each head (no weights; its cost is not modelled)")
     card.update(_window(r, card["num_layers"], _default_layer_types(r, card["num_layers"])))
     return card
 
@@ -185,7 +193,7 @@ def _default_layer_types(r: _Reader, n_layers: Any) -> list[str] | None:
     refuses: below 1, or above the accepted sizes, which are refused before)."""
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 1 <= n_layers <= MAX_LIST_LENGTH:
         return None
-    if r.model_type in ("mistral", "mixtral"):
+    if r.model_type in ("mistral", "mixtral", "phi3"):  # one window on every layer where one is set
         kind = "sliding_attention" if r.opt("sliding_window") else "full_attention"
         return [kind] * n_layers
     if r.model_type.startswith("qwen"):
@@ -273,10 +281,16 @@ def _dbrx(r: _Reader) -> dict[str, Any]:
 
 
 def _mixtral(r: _Reader) -> dict[str, Any]:
+    """mixtral, and olmoe (OLMoE: every layer MoE as Mixtral's, num_experts, q / k norms over the projections)."""
     card = _attention_shape(r)
+    olmoe = r.model_type == "olmoe"
     card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
-                num_experts=r.req("num_local_experts"), moe_topk=r.req("num_experts_per_tok"),
-                moe_ffn_hidden_size=r.req("intermediate_size"))
+                num_experts=r.req("num_experts" if olmoe else "num_local_experts"),
+                moe_topk=r.req("num_experts_per_tok"), moe_ffn_hidden_size=r.req("intermediate_size"))
+    if olmoe:
+        card["qk_layernorm"] = True
+        card.update(_biases(r))
+        r.notes.append("OLMoE normalises the whole q and k projections; counted as per-head q/k norms")
     card.update(_window(r, card["num_layers"], _default_layer_types(r, card["num_layers"])))
     return card
 
@@ -384,8 +398,8 @@ def _nemotron(r: _Reader) -> dict[str, Any]:
 
 
 _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama,
-    "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+    "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "phi3": _llama, "granite": _llama,
+    "olmo2": _llama, "mixtral": _mixtral, "olmoe": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "llama4": _llama4, "llama4_text": _llama4,

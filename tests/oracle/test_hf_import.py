@@ -39,6 +39,14 @@ SAME_AS_BUNDLED = {
 EXACT_TOTAL = {
     "gpt2": 124_439_808,          # GPT-2 small: learned positions, tied embeddings, biases, LayerNorm
     "qwen2.5-0.5b": 494_032_768,  # Qwen2.5-0.5B: QKV bias only, tied embeddings
+    "phi-3-mini-4k": 3_821_079_552,  # Phi-3-mini: fused qkv / gate-up (the same matrices as Llama's), untied
+}
+
+# fixture folder -> (published total, active) parameters in billions as the model cards round them
+PUBLISHED_B = {
+    "olmo-2-7b": (7.30, 7.30),        # OLMo 2 1124 7B (q/k norms over whole projections: counted per head)
+    "olmoe-1b-7b": (6.92, 1.28),      # OLMoE-1B-7B: 64 experts, top-8, every layer MoE
+    "granite-3.1-8b": (8.17, 8.17),   # Granite 3.1 8B: GQA 32/8, tied embeddings, scalar multipliers
 }
 
 
@@ -57,6 +65,21 @@ def test_import_reproduces_bundled_card(folder, bundled):
 @pytest.mark.parametrize("folder, expected", sorted(EXACT_TOTAL.items()))
 def test_import_matches_checkpoint_count(folder, expected):
     assert _import(folder).total_params() == expected
+
+
+@pytest.mark.parametrize("folder, published", sorted(PUBLISHED_B.items()))
+def test_more_families_import_at_their_published_size(folder, published):
+    card = _import(folder)
+    assert (round(card.total_params() / 1e9, 2), round(card.active_params() / 1e9, 2)) == published
+
+
+def test_phi3_window_and_families_by_architecture():
+    card = _import("phi-3-mini-4k")
+    assert (card.sliding_window, card.sliding_window_every) == (2047, 1)  # Phi-3: the window on every layer
+    assert _import("olmoe-1b-7b").qk_layernorm and _import("olmo-2-7b").qk_layernorm
+    for folder in ("phi-3-mini-4k", "olmoe-1b-7b", "olmo-2-7b", "granite-3.1-8b"):  # no model_type: architectures
+        cfg = {k: v for k, v in _config(folder).items() if k != "model_type"}
+        assert card_from_hf_config(cfg, folder).total_params() == _import(folder).total_params()
 
 
 def test_deepseek_v3_details():
