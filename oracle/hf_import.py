@@ -35,6 +35,7 @@ _ARCHITECTURES = {
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Llama4ForConditionalGeneration": "llama4",
     "Llama4ForCausalLM": "llama4_text", "DbrxForCausalLM": "dbrx", "Phi3ForCausalLM": "phi3",
     "GraniteForCausalLM": "granite", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
+    "Glm4MoeForCausalLM": "glm4_moe",
 }
 # Multimodal wrappers whose language model is a nested config: model_type -> key of the text config.
 _TEXT_CONFIG = {"llama4": "text_config", "gemma3": "text_config"}
@@ -326,16 +327,25 @@ def _qwen_moe(r: _Reader) -> dict[str, Any]:
 
 
 def _deepseek(r: _Reader) -> dict[str, Any]:
-    """deepseek_v2, deepseek_v3, kimi_k2: MLA + MoE with shared experts and leading dense layers."""
+    """deepseek_v2, deepseek_v3, kimi_k2: MLA + MoE with shared experts and leading dense layers; glm4_moe (GLM-4.5):
+    the same MoE layout and MTP layers with GQA attention (per-head q/k norms where use_qk_norm)."""
     card = _attention_shape(r)
-    card.pop("head_dim")
     n = card["num_layers"]
     card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
-                attention="mla", qk_layernorm=True, q_lora_rank=r.opt("q_lora_rank"),
-                kv_lora_rank=r.req("kv_lora_rank"), qk_nope_head_dim=r.req("qk_nope_head_dim"),
-                qk_rope_head_dim=r.req("qk_rope_head_dim"), v_head_dim=r.req("v_head_dim"),
                 mtp_layers=r.opt("num_nextn_predict_layers", 0))
-    card.update(_biases(r))
+    if r.model_type == "glm4_moe":
+        card["qk_layernorm"] = bool(r.opt("use_qk_norm", False))
+        if r.opt("partial_rotary_factor", 1.0) != 1.0:
+            r.notes.append("partial_rotary_factor: rotary on part of each head (no weights; its cost is not modelled)")
+    else:
+        card.pop("head_dim")
+        card.update(attention="mla", qk_layernorm=True, q_lora_rank=r.opt("q_lora_rank"),
+                    kv_lora_rank=r.req("kv_lora_rank"), qk_nope_head_dim=r.req("qk_nope_head_dim"),
+                    qk_rope_head_dim=r.req("qk_rope_head_dim"), v_head_dim=r.req("v_head_dim"))
+    if r.model_type == "glm4_moe":  # attention_bias: q, k and v only (its o_proj has none)
+        card["qkv_bias"] = bool(r.opt("attention_bias", False))
+    else:
+        card.update(_biases(r))
     experts = r.opt("n_routed_experts")
     if not experts:
         card["ffn_hidden_size"] = r.req("intermediate_size")
@@ -400,7 +410,7 @@ def _nemotron(r: _Reader) -> dict[str, Any]:
 _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "phi3": _llama, "granite": _llama,
     "olmo2": _llama, "mixtral": _mixtral, "olmoe": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek, "glm4_moe": _deepseek,
     "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "llama4": _llama4, "llama4_text": _llama4,
     "dbrx": _dbrx,

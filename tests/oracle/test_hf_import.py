@@ -48,6 +48,9 @@ PUBLISHED_B = {
     "olmoe-1b-7b": (6.92, 1.28),      # OLMoE-1B-7B: 64 experts, top-8, every layer MoE
     "granite-3.1-8b": (8.17, 8.17),   # Granite 3.1 8B: GQA 32/8, tied embeddings, scalar multipliers
 }
+PUBLISHED_B_NO_EMBEDDINGS = {
+    "glm-4.5-air": (106.85, 12.18),   # GLM-4.5-Air: "106B total, 12B active" (active without the embeddings)
+}
 
 
 @pytest.mark.parametrize("folder, bundled", sorted(SAME_AS_BUNDLED.items()))
@@ -73,11 +76,22 @@ def test_more_families_import_at_their_published_size(folder, published):
     assert (round(card.total_params() / 1e9, 2), round(card.active_params() / 1e9, 2)) == published
 
 
+def test_glm4_moe_is_deepseeks_moe_layout_with_gqa_and_an_mtp_layer():
+    card = _import("glm-4.5-air")
+    emb = 2 * card.vocab_size * card.hidden_size
+    total, active = PUBLISHED_B_NO_EMBEDDINGS["glm-4.5-air"]
+    assert (round(card.total_params() / 1e9, 2), round((card.active_params() - emb) / 1e9, 2)) == (total, active)
+    assert (card.attention, card.kv_heads, card.num_experts, card.moe_topk, card.num_shared_experts,
+            card.first_dense_layers, card.mtp_layers, card.qkv_bias, card.linear_bias) == (
+        "gqa", 8, 128, 8, 1, 1, 1, True, False)
+    assert not any("o_proj" in n for n in card.notes.split(";"))  # GLM's o_proj has no bias: nothing left out
+
+
 def test_phi3_window_and_families_by_architecture():
     card = _import("phi-3-mini-4k")
     assert (card.sliding_window, card.sliding_window_every) == (2047, 1)  # Phi-3: the window on every layer
     assert _import("olmoe-1b-7b").qk_layernorm and _import("olmo-2-7b").qk_layernorm
-    for folder in ("phi-3-mini-4k", "olmoe-1b-7b", "olmo-2-7b", "granite-3.1-8b"):  # no model_type: architectures
+    for folder in ("phi-3-mini-4k", "olmoe-1b-7b", "olmo-2-7b", "granite-3.1-8b", "glm-4.5-air"):  # no model_type: architectures
         cfg = {k: v for k, v in _config(folder).items() if k != "model_type"}
         assert card_from_hf_config(cfg, folder).total_params() == _import(folder).total_params()
 
