@@ -113,6 +113,20 @@ def test_holdout_published_runs_not_fitted_to():
     assert max(abs(r.error) for r in res) <= 0.30, max(res, key=lambda r: abs(r.error)).id
 
 
+SCALE = HOLDOUT.parent / "published-scale.csv"
+
+
+def test_scale_holdout_projects_every_row():
+    """DeepSeek-V3 on 2,048 H800 and Llama 3 405B on 8-16K H100 (docs/accuracy.md, nothing fitted to them): every
+    row projects as its notes state, each assumption named, within the holdout's worst-row bar."""
+    res = validate_rows(read_rows(SCALE), base_dir=SCALE.parent)
+    assert len(res) == 4 and all(r.skipped is None for r in res), [r.skipped for r in res if r.skipped]
+    assert max(abs(r.error) for r in res) <= 0.30, max(res, key=lambda r: abs(r.error)).id
+    by_id = {r.id: r for r in res}
+    assert any("fp8_recipe=blockwise" in a for a in by_id["deepseek-v3-h800-2048"].assumed)
+    assert by_id["llama3-405b-h100-8192"].quantity == "tflops_per_gpu"
+
+
 def test_jobs_split_the_rows_over_processes_with_the_same_results():
     rows = read_rows(HOLDOUT)
     one = [r.to_dict() for r in validate_rows(rows, base_dir=HOLDOUT.parent)]
