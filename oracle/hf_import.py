@@ -333,8 +333,8 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
     n = card["num_layers"]
     card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
                 mtp_layers=r.opt("num_nextn_predict_layers", 0))
-    if r.model_type == "glm4_moe":
-        card["qk_layernorm"] = bool(r.opt("use_qk_norm", False))
+    if r.model_type == "glm4_moe":  # GQA; attention_bias: q, k and v only (its o_proj has none)
+        card.update(qk_layernorm=bool(r.opt("use_qk_norm", False)), qkv_bias=bool(r.opt("attention_bias", False)))
         if r.opt("partial_rotary_factor", 1.0) != 1.0:
             r.notes.append("partial_rotary_factor: rotary on part of each head (no weights; its cost is not modelled)")
     else:
@@ -342,9 +342,6 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         card.update(attention="mla", qk_layernorm=True, q_lora_rank=r.opt("q_lora_rank"),
                     kv_lora_rank=r.req("kv_lora_rank"), qk_nope_head_dim=r.req("qk_nope_head_dim"),
                     qk_rope_head_dim=r.req("qk_rope_head_dim"), v_head_dim=r.req("v_head_dim"))
-    if r.model_type == "glm4_moe":  # attention_bias: q, k and v only (its o_proj has none)
-        card["qkv_bias"] = bool(r.opt("attention_bias", False))
-    else:
         card.update(_biases(r))
     experts = r.opt("n_routed_experts")
     if not experts:

@@ -103,7 +103,8 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
         except ValueError:
             pass
         except OverflowError:  # an integer past float's range (~1.8e308)
-            raise ValueError(f"{name}={clip(repr(value), 60)} is too large: a number must be below about 1.8e308") from None
+            raise ValueError(f"{name}={clip(repr(value), 60)} is too large: a number must be below about "
+                             f"1.8e308") from None
         raise ValueError(f"{name}={value!r} must be a number")
     if annotation is str:
         if isinstance(value, str):
