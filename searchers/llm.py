@@ -113,9 +113,10 @@ class LLMSettings:
     """OpenAI-compatible endpoint (a LiteLLM gateway, a local server)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (the key itself is never in a file). Without it, a
-    server on this machine (``api_base`` on 127.0.0.1, localhost or ::1: llama.cpp, vLLM, Ollama, SGLang) is
-    sent the placeholder :data:`LOCAL_NO_KEY`: such servers take no key, and LiteLLM's OpenAI client refuses to
-    call without one ('Missing credentials')."""
+    server on this machine (``api_base`` on 127.0.0.1, localhost or ::1: llama.cpp, vLLM, Ollama, SGLang) whose
+    provider finds no key in the environment is sent the placeholder :data:`LOCAL_NO_KEY`: such servers take no
+    key, and LiteLLM's OpenAI client refuses to call without one ('Missing credentials'). A key the environment
+    holds (OPENAI_API_KEY for a local gateway) is left to LiteLLM, as before."""
     timeout_s: float = 300.0
     """Per-call timeout (paper: 300 s)."""
     max_tokens: int = 8000
@@ -175,7 +176,7 @@ class LLMSettings:
                 raise LLMUnavailable(f"environment variable {self.api_key_env} (api_key_env) is not set")
             register_secret(key)
             kwargs["api_key"] = key
-        elif is_loopback(self.api_base):
+        elif is_loopback(self.api_base) and not _provider_key_set(self.model, self.api_base):
             kwargs["api_key"] = LOCAL_NO_KEY
         return dspy.LM(self.model, engine=self.engine, **kwargs)
 
@@ -194,6 +195,16 @@ def is_loopback(api_base: str | None) -> bool:
     except ValueError:  # a malformed URL (an unclosed IPv6 bracket): not a local server
         return False
     return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _provider_key_set(model: str, api_base: str | None) -> bool:
+    """The model's provider finds its key in the environment (LiteLLM's ``validate_environment``: OPENAI_API_KEY for
+    an ``openai/`` model; a provider that needs none counts as set), so no placeholder replaces it."""
+    try:
+        import litellm  # imported with dspy by _dspy() (no network)
+        return bool(litellm.validate_environment(model=model, api_base=api_base).get("keys_in_environment"))
+    except Exception:  # a model string LiteLLM cannot map: OpenAI's variable decides, as its client would read it
+        return bool(os.environ.get("OPENAI_API_KEY"))
 
 
 class LLMUnavailable(RuntimeError):

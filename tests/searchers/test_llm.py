@@ -125,6 +125,12 @@ def test_a_keyless_server_on_this_machine_is_called_without_api_key_env(small, t
     assert srv.requests and all(h.get("Authorization", h.get("authorization")) == f"Bearer {LOCAL_NO_KEY}"
                                 for _, h, _ in srv.requests)
     assert any(r["phase"] == "llm" and r["status"] in ("ok", "rejected") for r in rows)
+    # a key the environment holds for the provider (a local gateway's, in OPENAI_API_KEY) is not replaced
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with FakeOpenAI(_scripted_server_answers()) as srv:
+        _run(small, tmp_path / "with-env-key", llm={**llm, "api_base": srv.url})
+    assert srv.requests and all(h.get("Authorization", h.get("authorization")) == f"Bearer {KEY}"
+                                for _, h, _ in srv.requests)
     assert [is_loopback(u) for u in ("http://127.0.0.1:8080/v1", "localhost:11434", "http://[::1]:8000/v1",
                                      "https://api.openai.com/v1", "http://10.1.2.3:8000", "http://[::1", None)] == [
         True, True, True, False, False, False, False]
