@@ -56,14 +56,24 @@ def cmd_project(args: argparse.Namespace) -> int:
             print()
             print(text)
             return 0
+    hints = None
+    if not proj.fits and not args.no_hints:  # what to change so it fits (searchers.fit_hints)
+        from searchers.fit_hints import fit_hints
+        hints = fit_hints(run)
     if args.format == "json":
         out = proj.to_dict()
         if run.recipe:
             out["recipe"] = [{"key": e.key, "value": e.value, "status": e.status, "why": e.why} for e in run.recipe]
+        if hints is not None:
+            out["fit_hints"] = [h.to_dict() for h in hints[0]]
         _print_json(out)
     else:
         print(projection_table(proj))
         _print_recipe(run)
+        if hints is not None:
+            from searchers.fit_hints import hints_text
+            print()
+            print(hints_text(run, *hints))
         if args.gantt:
             print(f"\ngantt chart written to {args.gantt}")
     return 0
@@ -494,6 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_benchmark_flags(pj)
     pj.add_argument("--format", default="table", choices=["table", "json"], help="output format (default table)")
     pj.add_argument("--compare-schedules", action="store_true", help="project every applicable pipeline schedule")
+    pj.add_argument("--no-hints", action="store_true",
+                    help="do not look for the one-change neighbours that fit when the config does not fit in memory "
+                         "(memory savers, a smaller micro-batch, twice the TP/PP/CP/EP: a few projections)")
     pj.add_argument("--gantt", metavar="FILE.png", help="draw the pipeline schedule")
     pj.set_defaults(func=cmd_project)
 

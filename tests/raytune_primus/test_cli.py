@@ -32,6 +32,26 @@ def test_project_json_with_override(capsys):
     assert d["tokens_per_s_per_gpu"] > 0 and "fits" in d["memory"]
 
 
+def test_a_config_that_does_not_fit_gets_the_one_change_neighbours_that_do(capsys):
+    # llama70b-h100.yaml projects 76.4 GiB against a 70.2 GiB cap
+    code, out, _ = run_cli(capsys, "project", str(CONFIG), "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and not d["memory"]["fits"] and d["fit_hints"]
+    speeds = [h["tokens_per_s_per_gpu"] for h in d["fit_hints"]]
+    assert speeds == sorted(speeds, reverse=True) and len(speeds) <= 5
+    for h in d["fit_hints"]:  # each change, applied, fits and projects what the hint says
+        sets = [x for k, v in h["change"].items() for x in ("--set", f"training.{k}={str(v).lower()}")]
+        code, out, _ = run_cli(capsys, "project", str(CONFIG), *sets, "--format", "json")
+        again = json.loads(out)
+        assert code == 0 and again["memory"]["fits"] and "fit_hints" not in again
+        assert again["tokens_per_s_per_gpu"] == pytest.approx(h["tokens_per_s_per_gpu"], rel=1e-9)
+        assert len(h["change"]) == 1 and "precision" not in h["change"]  # one change, never the numerics
+    code, out, _ = run_cli(capsys, "project", str(CONFIG))
+    assert "legal one-change neighbours fit" in out and "raytune-primus tune --model llama3.1-70b" in out
+    code, out, _ = run_cli(capsys, "project", str(CONFIG), "--no-hints", "--format", "json")
+    assert "fit_hints" not in json.loads(out)
+
+
 def test_compare_schedules_and_gantt(capsys, tmp_path):
     png = tmp_path / "g.png"
     code, out, err = run_cli(capsys, "project", str(CONFIG), "--compare-schedules", "--gantt", str(png))
