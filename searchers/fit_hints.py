@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oracle.config import RunConfig, TrainingConfig
+from oracle.errors import PrimusError
 from oracle.units import GIB
 from searchers.space import SearchSpace
 
@@ -66,7 +67,10 @@ def fit_hints(run: RunConfig, limit: int = MAX_HINTS) -> tuple[list[FitHint], in
     ones were projected). Nothing is raised for a candidate: an illegal or failing one is left out."""
     from oracle.projector import project
 
-    space = SearchSpace(run)
+    try:
+        space = SearchSpace(run)
+    except PrimusError:  # a run the search space cannot be built around: no hints, the projection stands
+        return [], 0, 0
     base = space.baseline.training
     hints: list[FitHint] = []
     tried = 0
