@@ -14,6 +14,8 @@ A profile YAML (see ``hardware/h100-sxm.yaml``) has these sections::
                inter_pod {pod_size, bandwidth_gb_per_s, latency_us}       (optional)
     efficiency: NAME: {value: X, source: "where X came from"}   (every field of Efficiency)
     sources:   free-form mapping of citations for the spec numbers
+    based_on:  a bundled profile's name (optional): that profile with this file's keys laid onto it, section by
+               section (an efficiency given here replaces the base's entry and needs its own source)
 
 GB means 10^9 bytes (bandwidths), GiB means 2^30 bytes (capacities).
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware import PROFILE_DIR
-from oracle.errors import HardwareProfileError, InvalidConfigError, clip
+from oracle.errors import HardwareProfileError, InvalidConfigError, PrimusError, clip
 from oracle.registry import YamlRegistry
 from oracle.schema import unknown_key_problems
 from oracle.units import GB, GIB, TFLOPS, US
@@ -207,7 +209,8 @@ class HardwareProfile:
         return (self.hbm_capacity_bytes - self.runtime_reserved_bytes) * (1.0 - margin)
 
 
-_TOP = ["name", "vendor", "arch", "description", "aliases", "compute", "memory", "network", "efficiency", "sources"]
+_TOP = ["name", "vendor", "arch", "description", "aliases", "compute", "memory", "network", "efficiency", "sources",
+        "based_on"]
 _COMPUTE = ["peak_tflops", "num_compute_units", "exp_tops"]
 _MEMORY = ["hbm_capacity_gib", "hbm_bandwidth_gb_per_s", "runtime_reserved_gib", "host_link_gb_per_s"]
 _NETWORK = ["gpus_per_node", "scale_up", "scale_out", "inter_pod"]
@@ -290,11 +293,48 @@ def _num(sec: dict, key: str, where: str, problems: list[str], *, positive: bool
     return float(v)
 
 
+def _merged(base: Any, over: Any) -> Any:
+    """``over`` laid onto ``base``: mappings key by key (recursively), anything else replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merged(base.get(k), v) if k in base else v for k, v in over.items()}}
+    return over
+
+
+def _based_on(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A profile that names a bundled one in ``based_on``: that profile's mapping (``profile_to_dict``) with this
+    one's keys laid onto it, section by section; the base's ``aliases`` are not inherited (they name the base), and
+    its efficiency sources come along with its values (a value given here needs its own source)."""
+    ref = data["based_on"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise HardwareProfileError(f"{where}.based_on={clip(repr(ref), 80)} must name a bundled hardware profile; "
+                                   f"valid: {', '.join(bundled_hardware())}")
+    if ref.strip() not in bundled_hardware() and (ref.strip().endswith((".yaml", ".yml")) or "/" in ref):
+        raise HardwareProfileError(f"{where}.based_on={ref!r} must name a bundled hardware profile, not a file "
+                                   f"(valid: {', '.join(bundled_hardware())})")
+    try:
+        base = profile_to_dict(load_hardware(ref.strip()))
+    except PrimusError as exc:  # an unknown name: which key named it, then the registry's list and guesses
+        raise HardwareProfileError(f"{where}.based_on: {str(exc).strip(chr(34) + chr(39))}") from None
+    base.pop("aliases", None)
+    base["description"] = f"based on {base['name']}: {base.get('description', '')}"
+    base.pop("name", None)  # this profile's own name (the file's), never the base's
+    over = {k: v for k, v in data.items() if k != "based_on"}
+    merged = _merged(base, over)
+    eff = over.get("efficiency")
+    if isinstance(eff, dict) and isinstance(merged.get("efficiency"), dict):
+        # an efficiency given here replaces the base's entry whole: its value never takes the base's source
+        merged["efficiency"] = {**base.get("efficiency", {}), **eff}
+    return merged
+
+
 def profile_from_dict(data: dict[str, Any], name: str, where: str | None = None) -> HardwareProfile:
-    """Parse and validate a profile mapping (human units) into a :class:`HardwareProfile`."""
+    """Parse and validate a profile mapping (human units) into a :class:`HardwareProfile` (one with ``based_on: NAME``
+    is that bundled profile with this mapping's keys laid onto it: :func:`_based_on`)."""
     where = where or f"hardware profile {name!r}"
     if not isinstance(data, dict):
         raise HardwareProfileError(f"{where} must be a mapping, got a {type(data).__name__}")
+    if "based_on" in data:
+        data = _based_on(data, where)
     p: list[str] = unknown_key_problems(data, _TOP, where)
     if "sources" in data and not isinstance(data["sources"], (dict, type(None))):
         p.append(f"{where}.sources must be a mapping of label -> citation, got a {type(data['sources']).__name__}")

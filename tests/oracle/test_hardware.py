@@ -167,6 +167,40 @@ def test_a_copy_of_a_bundled_profile_loads_by_path(tmp_path):
     assert hw.peak_flops("bf16") == load_hardware("h100-sxm").peak_flops("bf16")
 
 
+def test_a_profile_based_on_a_bundled_one_changes_only_what_it_says(tmp_path):
+    p = tmp_path / "my-h100.yaml"
+    p.write_text("based_on: h100-sxm\nnetwork: {scale_out: {bandwidth_gb_per_s: 25}}\nmemory: {hbm_capacity_gib: 94}\n"
+                 "efficiency:\n  gemm_bf16: {value: 0.6, source: 'our own 8192^3 GEMM benchmark'}\n")
+    hw, base = load_hardware(str(p)), load_hardware("h100-sxm")
+    assert (hw.name, hw.scale_out_bandwidth_bytes_per_s, hw.hbm_capacity_bytes) == ("my-h100", 25 * GB, 94 * GIB)
+    assert hw.aliases == () and hw.description.startswith("based on h100-sxm: ")  # the base's names are its own
+    assert (hw.efficiency.gemm_bf16, hw.efficiency_sources["gemm_bf16"]) == (0.6, "our own 8192^3 GEMM benchmark")
+    changed = {"name", "description", "aliases", "scale_out_bandwidth_bytes_per_s", "hbm_capacity_bytes", "efficiency",
+               "efficiency_sources", "_hash"}
+    for f in dataclasses.fields(HardwareProfile):
+        if f.name not in changed:
+            assert getattr(hw, f.name) == getattr(base, f.name), f.name
+    assert dataclasses.replace(hw.efficiency, gemm_bf16=base.efficiency.gemm_bf16) == base.efficiency
+    assert {k: v for k, v in hw.efficiency_sources.items() if k != "gemm_bf16"} == {
+        k: v for k, v in base.efficiency_sources.items() if k != "gemm_bf16"}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("based_on: rtx4090\n", "based_on: unknown hardware profile 'rtx4090'; valid: "),
+    ("based_on: [1]\n", "based_on=[1] must name a bundled hardware profile"),
+    ("based_on: ./other.yaml\n", "must name a bundled hardware profile, not a file"),
+    # a value given here never takes the base's source: it needs its own
+    ("based_on: h100-sxm\nefficiency: {gemm_bf16: {value: 0.5}}\n", "needs a non-empty 'source'"),
+    ("based_on: h100-sxm\nefficiency: {gemm_bf16: 0.5}\n", "gemm_bf16 must be {value: X, source: '...'}"),
+])
+def test_a_bad_based_on_profile_is_one_clear_error(tmp_path, text, needle):
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    with pytest.raises(HardwareProfileError) as err:
+        load_hardware(str(p))
+    assert needle in str(err.value)
+
+
 def test_unknown_key_is_rejected_with_a_suggestion(tmp_path):
     def mutate(d):
         d["memory"]["hbm_capacity_gb"] = d["memory"].pop("hbm_capacity_gib")
