@@ -1,7 +1,8 @@
 """Model cards: the architecture facts the projector needs, and their parameter counts.
 
 Cards are YAML files in ``oracle/models/`` (file name = key), a path to a card YAML, or a path to
-a Hugging Face ``config.json`` (imported by :mod:`oracle.hf_import`). Parameter formulas live here,
+a Hugging Face ``config.json`` (imported by :mod:`oracle.hf_import`). A card with ``based_on: NAME`` is that
+bundled card with its own keys over it (a variant: other layer counts or widths). Parameter formulas live here,
 once, and are used both for the published-figure test and for the memory model.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from oracle.errors import InvalidConfigError
+from oracle.errors import InvalidConfigError, PrimusError, clip
 from oracle.registry import YamlRegistry
 from oracle.schema import from_dict, to_dict
 from oracle.yamlio import load_mapping
@@ -341,6 +342,8 @@ class ModelCard:
         if not isinstance(data, dict):
             raise InvalidConfigError(f"model card {name!r} must be a mapping of keys to values, "
                                      f"got a {type(data).__name__}")
+        if "based_on" in data:
+            data = _based_on(data, f"model card {data.get('name', name)!r}")
         empty = not data
         data = dict(data)
         if name is not None:
@@ -378,6 +381,26 @@ _HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(ModelCard) if (f.compa
 _REQUIRED = tuple(f.name for f in dataclasses.fields(ModelCard) if f.init and f.default is dataclasses.MISSING
                   and f.default_factory is dataclasses.MISSING and f.name != "name")
 """The keys every card states (``name`` comes from the file name when absent)."""
+
+
+BASE_ONLY = ("name", "published_params_billion", "published_active_params_billion", "sources", "aliases", "notes")
+"""What a card ``based_on`` another does not take from it: the base's own name, published counts, citations,
+spellings and caveats (they describe the base, not the variant)."""
+
+
+def _based_on(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A card that names a bundled card in ``based_on`` (a variant: other layer counts or widths): that card's fields
+    except :data:`BASE_ONLY`, with this card's keys over them."""
+    ref = data["based_on"]
+    if not isinstance(ref, str) or not ref.strip() or ref.strip().endswith((".yaml", ".yml", ".json")) or "/" in ref:
+        raise InvalidConfigError(f"{where}.based_on={clip(repr(ref), 80)} must name a bundled model card "
+                                 f"(raytune-primus models list), not a file")
+    try:
+        base = load_model(ref.strip())
+    except PrimusError as exc:
+        raise InvalidConfigError(f"{where}.based_on: {str(exc).strip(chr(34) + chr(39))}") from None
+    inherited = {k: v for k, v in base.to_dict().items() if k not in BASE_ONLY}
+    return {**inherited, "notes": f"based on {base.name}", **{k: v for k, v in data.items() if k != "based_on"}}
 
 
 def _parse_bundled(path: Path, name: str) -> ModelCard:

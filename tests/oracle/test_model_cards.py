@@ -188,6 +188,29 @@ def test_all_problems_are_reported_together():
     assert len(err.value.problems) == 2
 
 
+def test_a_card_based_on_a_bundled_one_is_that_card_with_its_own_keys(tmp_path):
+    p = tmp_path / "llama-12b-variant.yaml"
+    p.write_text("based_on: llama3.1-8b\nnum_layers: 48\nhidden_size: 5120\nnum_attention_heads: 40\n")
+    card, base = load_model(str(p)), load_model("llama3.1-8b")
+    assert (card.name, card.num_layers, card.hidden_size, card.num_attention_heads) == (
+        "llama-12b-variant", 48, 5120, 40)
+    own = {"name", "num_layers", "hidden_size", "num_attention_heads", "published_params_billion",
+           "published_active_params_billion", "sources", "aliases", "notes"}
+    assert {k: v for k, v in card.to_dict().items() if k not in own} == {
+        k: v for k, v in base.to_dict().items() if k not in own}
+    # the base's published counts, citations and spellings describe the base, not the variant
+    assert (card.published_params_billion, card.sources, card.aliases, card.notes) == (
+        None, (), (), "based on llama3.1-8b")
+    inline = ModelCard.from_dict({"based_on": "qwen3-30b-a3b", "name": "small-moe", "num_layers": 24})
+    assert inline.is_moe and inline.num_experts == load_model("qwen3-30b-a3b").num_experts
+    for bad, needle in (({"based_on": "lama3.1-8b"}, "based_on: unknown model 'lama3.1-8b'"),
+                        ({"based_on": "cards/x.yaml"}, "must name a bundled model card"),
+                        ({"based_on": 5}, "based_on=5 must name a bundled model card"),
+                        ({"based_on": "llama3.1-8b", "num_layers": 0}, "num_layers")):
+        with pytest.raises(InvalidConfigError, match=needle):
+            ModelCard.from_dict(bad, name="v")
+
+
 def test_unknown_model_lists_valid_names():
     with pytest.raises(UnknownComponentError) as err:
         load_model("llama9-1t")
