@@ -9,6 +9,7 @@ returned fastest first. The numerics (precision, FP8 recipe, token dropping) are
 training."""
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,12 +96,27 @@ def fit_hints(run: RunConfig, limit: int = MAX_HINTS) -> tuple[list[FitHint], in
     return hints[:limit], len(hints), tried
 
 
+def _ref(ref: str, placeholder: str) -> str:
+    """``ref`` as a command line takes it: a bundled name or an existing file, quoted where it needs it; else (an
+    inline card in a config) the placeholder of the file to write it to."""
+    from pathlib import Path
+
+    from oracle.hardware import bundled_hardware
+    from oracle.model_card import is_bundled_model
+    if ref in bundled_hardware() or is_bundled_model(ref) or Path(ref).is_file():
+        return shlex.quote(ref)
+    return placeholder
+
+
 def hints_text(run: RunConfig, hints: list[FitHint], n_fit: int, tried: int) -> str:
     """The lines ``project`` prints under a run that does not fit."""
     t, c = run.training, run.cluster
-    model = run.model_ref if run.model_ref and "\n" not in run.model_ref else run.model.name
-    tune = (f"raytune-primus tune --model {model} --hardware {c.hardware.name} --num-gpus {c.num_gpus} "
+    model = _ref(run.model_ref or run.model.name, "CARD.yaml")
+    hardware = _ref(run.hardware_ref or c.hardware.name, "PROFILE.yaml")
+    tune = (f"raytune-primus tune --model {model} --hardware {hardware} --num-gpus {c.num_gpus} "
             f"--seq-len {t.seq_len} --gbs {t.gbs}" + (f" --precision {t.precision}" if t.precision != "bf16" else ""))
+    if "CARD.yaml" in tune or "PROFILE.yaml" in tune:
+        tune += " (the config's inline card or profile written to that file first)"
     if not hints:
         return (f"does not fit, and none of the {tried} legal one-change neighbours tried (memory savers, a smaller "
                 f"micro-batch, twice the TP/PP/CP/EP) fits either; to search every layout: {tune}")

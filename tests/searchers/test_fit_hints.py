@@ -27,3 +27,11 @@ def test_the_candidates_are_one_change_each_never_the_numerics_and_moe_doubles_e
     assert {k for c in changes for k in c} == {"recompute", "use_distributed_optimizer", "fsdp", "mbs", "tp", "pp",
                                                "cp", "ep"}
     assert {"ep": 16} in changes and {"mbs": 2} in changes and {"mbs": 1} in changes
+
+
+def test_the_search_command_names_files_a_command_line_takes():
+    inline = RunConfig.from_dict({"model": {"based_on": "llama3.1-70b", "name": "my70b", "num_layers": 40},
+                                  "cluster": {"hardware": "h100-sxm", "num_gpus": 8},
+                                  "training": {"seq_len": 8192, "gbs": 64}})
+    text = hints_text(inline, [], 0, 6)
+    assert "--model CARD.yaml --hardware h100-sxm" in text and "inline card or profile written to that file" in text
