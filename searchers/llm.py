@@ -51,7 +51,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oracle.errors import InvalidConfigError
+from oracle.errors import InvalidConfigError, clip
 from oracle.schema import unknown_key_problems
 from oracle.units import GIB
 from searchers.base import Candidate, SearchContext, TrialResult
@@ -103,6 +103,10 @@ PROMPT_TOKENS = 3000
 ~1,000 tokens for the answer (set max_tokens to match)."""
 
 
+ENGINES = ("litellm", "auto", "lm15")
+"""The DSPy engines an LM is built with (``dspy.LM(..., engine=)``)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LLMSettings:
     """The experiment's ``llm`` block."""
@@ -124,7 +128,8 @@ class LLMSettings:
     temperature: float | None = None
     """Sampling temperature (None = the provider's default, as in the paper)."""
     engine: str = "litellm"
-    """DSPy engine: 'litellm' (any LiteLLM model string), 'auto' or 'lm15' (DSPy's own client)."""
+    """DSPy engine: one of :data:`ENGINES`: 'litellm' (any LiteLLM model string), 'auto' or 'lm15' (DSPy's own
+    client)."""
     num_retries: int = 0
     """Retries on transient errors (each retry can take up to timeout_s)."""
     max_iters: int = 40
@@ -144,6 +149,16 @@ class LLMSettings:
             problems.append(f"{where}.model must be a LiteLLM model string such as 'openai/gpt-4o'")
         if "api_key" in data:
             problems.append(f"{where}: put the key in an environment variable and name it in api_key_env")
+        for k, what in (("api_base", "an endpoint URL such as 'http://127.0.0.1:8000/v1'"),
+                        ("api_key_env", "the NAME of an environment variable holding the key")):
+            if data.get(k) is not None and not (isinstance(data[k], str) and data[k].strip()):
+                problems.append(f"{where}.{k}={clip(repr(data[k]), 60)} must be {what}")
+        if data.get("engine") is not None and data["engine"] not in ENGINES:
+            problems.append(f"{where}.engine={clip(repr(data['engine']), 60)} must be one of {' | '.join(ENGINES)}")
+        t = data.get("temperature")
+        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < float("inf")):
+            problems.append(f"{where}.temperature={clip(repr(t), 60)} must be a number >= 0 (or left out: the "
+                            f"provider's default)")
         for k in ("timeout_s",):
             if k in data and not (isinstance(data[k], (int, float)) and data[k] > 0):
                 problems.append(f"{where}.{k}={data[k]!r} must be a positive number")
@@ -187,7 +202,7 @@ LOCAL_NO_KEY = "no-key-local-server"
 
 def is_loopback(api_base: str | None) -> bool:
     """``api_base`` names a server on this machine (127.0.0.0/8, localhost, ::1)."""
-    if not api_base:
+    if not isinstance(api_base, str) or not api_base:
         return False
     from urllib.parse import urlsplit
     try:

@@ -67,6 +67,14 @@ def test_llm_block_is_checked_and_keys_stay_out_of_files(tmp_path):
     ok = Experiment.from_dict(_spec(searcher={"name": "seed_llm", "llm": {
         "model": "openai/gpt-4o", "api_base": "http://127.0.0.1:1/v1", "api_key_env": "MY_KEY"}}))
     assert ok.llm.api_key_env == "MY_KEY" and ok.searcher_options()["llm"] is ok.llm
+    # endpoint, key variable, engine and temperature of the wrong kind are named here, not when the LM is built
+    # (an int api_base raised TypeError there; found by fuzzing LLMSettings.from_dict)
+    with pytest.raises(InvalidConfigError) as err:
+        Experiment.from_dict(_spec(searcher={"name": "seed_llm", "llm": {
+            "model": "openai/x", "api_base": 1000, "api_key_env": ["K"], "engine": "bogus", "temperature": -1}}))
+    text = str(err.value)
+    assert ("api_base=1000 must be an endpoint URL" in text and "api_key_env=['K'] must be the NAME" in text
+            and "engine='bogus' must be one of litellm | auto | lm15" in text and "temperature=-1 must be" in text)
 
 
 def test_yaml_file_round_trip(tmp_path):
