@@ -606,9 +606,10 @@ def _split_top(text: str, sep: str) -> list[str]:
 def split_megatron_args(text: str) -> list[tuple[str, Any]]:
     """A Megatron-LM command line -> [(flag, value)]: ``--flag value``, ``--flag=value``, bare ``--flag`` (True),
     ``--flag a b`` (a list); ``NAME=value`` words before the command become ``env.NAME``; anything else before the
-    first flag (the launcher, the script) is skipped."""
+    first flag (the launcher, the script) is skipped. As the shell reads it: a backslash-newline continues the line
+    and ``#`` starts a comment, so a multi-line launch script (or ``export --to megatron``'s output) pastes whole."""
     try:
-        words = shlex.split(text)
+        words = shlex.split(text.replace("\\\r\n", " ").replace("\\\n", " "), comments=True)
     except ValueError as exc:
         raise InvalidConfigError(f"--megatron-args could not be split into words: {exc}") from None
     out: list[tuple[str, Any]] = []

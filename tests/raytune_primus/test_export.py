@@ -102,6 +102,24 @@ def comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith("#"))
 
 
+def test_the_megatron_export_pasted_whole_into_megatron_args_is_the_same_run(capsys):
+    # its '#' lines (one says "the model's recipe": an unclosed quote to shlex) and its backslash-newlines made
+    # 'project --megatron-args' refuse the text as exported; read as the shell reads it, it projects the same run
+    run = RunConfig.load(CONFIG)
+    text = export_run(run, "megatron")
+    assert "'" in comments(text) and "\\\n" in text
+    from oracle.recipe import read_recipe, split_megatron_args
+    stripped = " ".join(line.rstrip("\\ ") for line in text.splitlines() if line and not line.startswith("#"))
+    assert split_megatron_args(text) == split_megatron_args(stripped)
+    back = read_recipe(split_megatron_args(text)).training
+    t = run.training
+    assert (back["tp"], back["pp"], back["mbs"], back["gbs"], back["seq_len"]) == (t.tp, t.pp, t.mbs, t.gbs, t.seq_len)
+    from raytune_primus.cli import main
+    assert main(["project", "--model", run.model_ref, "--hardware", run.hardware_ref, "--num-gpus",
+                 str(run.cluster.num_gpus), f"--megatron-args={text}", "--format", "json", "--no-hints"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["training"]["tp"] == t.tp
+
+
 def test_megatron_round_trip_llama():
     run = RunConfig.load(CONFIG)
     t = run.training
