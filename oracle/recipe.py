@@ -603,13 +603,44 @@ def _split_top(text: str, sep: str) -> list[str]:
     return parts
 
 
+def _shell_comments_out(text: str) -> str:
+    """``text`` without its shell comments: a ``#`` that starts a word (at a line's start or after white space,
+    outside quotes) to the end of its line. A ``#`` inside a word stays, as in the shell (shlex's own comment
+    handling cuts ``run#1`` at the ``#``)."""
+    out: list[str] = []
+    quote = ""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"' and i + 1 < n:
+                out.append(text[i:i + 2])
+                i += 2
+                continue
+            quote = "" if c == quote else quote
+        elif c == "\\" and i + 1 < n:
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1].isspace()):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def split_megatron_args(text: str) -> list[tuple[str, Any]]:
     """A Megatron-LM command line -> [(flag, value)]: ``--flag value``, ``--flag=value``, bare ``--flag`` (True),
     ``--flag a b`` (a list); ``NAME=value`` words before the command become ``env.NAME``; anything else before the
     first flag (the launcher, the script) is skipped. As the shell reads it: a backslash-newline continues the line
-    and ``#`` starts a comment, so a multi-line launch script (or ``export --to megatron``'s output) pastes whole."""
+    and a ``#`` that starts a word starts a comment (:func:`_shell_comments_out`), so a multi-line launch script (or
+    ``export --to megatron``'s output) pastes whole."""
     try:
-        words = shlex.split(text.replace("\\\r\n", " ").replace("\\\n", " "), comments=True)
+        words = shlex.split(_shell_comments_out(text.replace("\\\r\n", " ").replace("\\\n", " ")))
     except ValueError as exc:
         raise InvalidConfigError(f"--megatron-args could not be split into words: {exc}") from None
     out: list[tuple[str, Any]] = []

@@ -103,6 +103,17 @@ def test_a_count_that_is_not_finite_is_a_whole_number_error(line) -> None:
     assert read_recipe(split_megatron_args(f"--global-batch-size -{10**80}")).training["gbs"] == -10**80
 
 
+def test_a_launch_line_is_read_as_the_shell_reads_it() -> None:
+    # continuations and comments (a whole line, or after white space, outside quotes); a '#' inside a word or
+    # quoted stays, as in bash (shlex's comment option would cut 'run#1' at the '#')
+    script = ("# launch.sh: it's the 8-GPU run\nNVTE_FLAG=1 torchrun pretrain_gpt.py \\\n"
+              "  --tensor-model-parallel-size 2 \\\n  --data-path /d/run#1 # the corpus\n"
+              "  --wandb-exp-name \"#nightly\" --bf16")
+    assert split_megatron_args(script) == [("env.NVTE_FLAG", 1), ("--tensor-model-parallel-size", 2),
+                                           ("--data-path", "/d/run#1"), ("--wandb-exp-name", "#nightly"),
+                                           ("--bf16", True)]
+
+
 def test_one_value_where_a_list_belongs_is_a_list_of_it() -> None:
     # a number for a list setting raised "'float' object is not iterable" (found by fuzzing --megatron-args)
     r = read_recipe(split_megatron_args("--recompute-granularity selective --recompute-modules -inf "
