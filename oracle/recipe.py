@@ -117,7 +117,11 @@ def _int(v: Any, key: str) -> int:
 def _float(v: Any, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} must be a number")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an integer past float's range
+        raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} is too large: a number must be below about "
+                                 f"1.8e308") from None
 
 
 def _list(v: Any) -> list[str]:

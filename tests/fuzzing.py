@@ -1,10 +1,11 @@
 """Fuzzing harness for every input file the tool reads (issue 13, "fuzzed input, zero tracebacks").
 
 Each *kind* starts from a valid document (a bundled config, experiment, hardware profile, model card,
-Hugging Face config.json, a validation CSV, a Megatron-LM launch line, ``--set`` overrides), applies 1-3
-random mutations drawn by hypothesis (a value replaced by NaN/inf, a huge or negative number, unicode, a
-5,000-character string, a list or a mapping; a key deleted or an unknown one added; a section replaced by
-another type; two nodes made one YAML alias; the text truncated or garbled), writes it to a file and feeds it to
+Hugging Face config.json, a validation CSV, a config's ``recipe:`` section, a Megatron-LM launch line, ``--set``
+overrides), applies 1-3 random mutations drawn by hypothesis (a value replaced by NaN/inf, a huge or negative
+number, unicode, a 5,000-character string, a list or a mapping; a key deleted or an unknown one added; a section
+replaced by another type; two nodes made one YAML alias; the text truncated or garbled), writes it to a file and
+feeds it to
 
 * the CLI entry (``raytune_primus.cli.main(argv)`` in-process): the outcome must be exit code 0, or
   exit code 2 with ``error:`` lines on stderr, each short (:data:`MAX_LINE`), and no traceback;
@@ -240,6 +241,17 @@ def _inline_config_seed() -> dict[str, Any]:
             "training": {"seq_len": 2048, "gbs": 64, "mbs": 1, "tp": 1, "pp": 2, "ep": 2, "precision": "bf16"}}
 
 
+def _recipe_config_seed() -> dict[str, Any]:
+    """A MoE config with a ``recipe:`` section in Megatron-Core / Megatron-Bridge names (oracle.recipe)."""
+    return {"model": "tiny-moe", "cluster": {"hardware": "h100-sxm", "num_gpus": 8},
+            "training": {"seq_len": 2048, "gbs": 64, "pp": 2, "ep": 2},
+            "recipe": {"recompute_granularity": "selective", "recompute_modules": ["core_attn", "moe_act"],
+                       "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                       "cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"],
+                       "moe_expert_rank_capacity_factor": 1.5, "comm_overlap.tp_comm_overlap": True,
+                       "ddp.grad_reduce_in_fp32": False}}
+
+
 def _lib_config(path: Path, doc: Any) -> Any:
     from oracle.config import RunConfig
     return RunConfig.load(path)
@@ -426,6 +438,8 @@ def kinds() -> dict[str, Kind]:
                        lambda p, tmp: ["project", str(p), "--format", "json"], _lib_config),
         "config-inline-card": Kind("config-inline-card", _inline_config_seed, _write_yaml("config.yaml"),
                                    lambda p, tmp: ["project", str(p), "--format", "json"], _lib_config),
+        "config-recipe": Kind("config-recipe", _recipe_config_seed, _write_yaml("config.yaml"),
+                              lambda p, tmp: ["project", str(p), "--format", "json"], _lib_config),
         "experiment": Kind("experiment", lambda: _load_yaml("experiments/tiny-moe-h100-8.yaml"),
                            _write_yaml("experiment.yaml"),
                            lambda p, tmp: ["tune", str(p), "--driver", "inprocess", "--budget", "1", "--quiet",

@@ -114,6 +114,12 @@ def test_a_launch_line_is_read_as_the_shell_reads_it() -> None:
                                            ("--bf16", True)]
 
 
+def test_a_number_past_floats_range_is_a_clear_error() -> None:
+    # float(10**400) raised OverflowError out of read_recipe (a config's recipe: section; found by fuzzing it)
+    with pytest.raises(InvalidConfigError, match="moe_expert_rank_capacity_factor=.* is too large"):
+        read_recipe({"moe_expert_rank_capacity_factor": 10**400})
+
+
 def test_one_value_where_a_list_belongs_is_a_list_of_it() -> None:
     # a number for a list setting raised "'float' object is not iterable" (found by fuzzing --megatron-args)
     r = read_recipe(split_megatron_args("--recompute-granularity selective --recompute-modules -inf "
