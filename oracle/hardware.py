@@ -314,7 +314,7 @@ def _based_on(data: dict[str, Any], where: str) -> dict[str, Any]:
     try:
         base = profile_to_dict(load_hardware(ref.strip()))
     except PrimusError as exc:  # an unknown name: which key named it, then the registry's list and guesses
-        raise HardwareProfileError(f"{where}.based_on: {str(exc).strip(chr(34) + chr(39))}") from None
+        raise HardwareProfileError(f"{where}.based_on: {exc}") from None
     base.pop("aliases", None)
     base["description"] = f"based on {base['name']}: {base.get('description', '')}"
     base.pop("name", None)  # this profile's own name (the file's), never the base's

@@ -398,7 +398,7 @@ def _based_on(data: dict[str, Any], where: str) -> dict[str, Any]:
     try:
         base = load_model(ref.strip())
     except PrimusError as exc:
-        raise InvalidConfigError(f"{where}.based_on: {str(exc).strip(chr(34) + chr(39))}") from None
+        raise InvalidConfigError(f"{where}.based_on: {exc}") from None
     inherited = {k: v for k, v in base.to_dict().items() if k not in BASE_ONLY}
     return {**inherited, "notes": f"based on {base.name}", **{k: v for k, v in data.items() if k != "based_on"}}
 

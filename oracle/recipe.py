@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oracle.errors import InvalidConfigError, clip
+from oracle.schema import coerce
 
 PRICED, IGNORED = "priced", "ignored"
 
@@ -118,10 +119,9 @@ def _float(v: Any, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} must be a number")
     try:
-        return float(v)
-    except OverflowError:  # an integer past float's range
-        raise InvalidConfigError(f"recipe {key}={clip(repr(v), 60)} is too large: a number must be below about "
-                                 f"1.8e308") from None
+        return coerce(v, float, f"recipe {key}")  # the config's own rule (an integer past float's range: too large)
+    except ValueError as exc:
+        raise InvalidConfigError(str(exc)) from None
 
 
 def _list(v: Any) -> list[str]:

@@ -58,7 +58,7 @@ def cmd_project(args: argparse.Namespace) -> int:
             return 0
     hints = None
     if not proj.fits and not args.no_hints:  # what to change so it fits (searchers.fit_hints)
-        from searchers.fit_hints import fit_hints
+        from searchers.fit_hints import fit_hints, hints_text
         hints = fit_hints(run)
     if args.format == "json":
         out = proj.to_dict()
@@ -71,7 +71,6 @@ def cmd_project(args: argparse.Namespace) -> int:
         print(projection_table(proj))
         _print_recipe(run)
         if hints is not None:
-            from searchers.fit_hints import hints_text
             print()
             print(hints_text(run, *hints))
         if args.gantt:

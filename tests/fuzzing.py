@@ -210,20 +210,26 @@ def _fresh(tmp: Path, name: str) -> Path:
     return d / name
 
 
-def _write_yaml(name: str) -> Callable[[Any, Path, st.DataObject], tuple[Path, str]]:
+def _write_text(name: str, render: Callable[[Any], str]) -> Callable[[Any, Path, st.DataObject], tuple[Path, str]]:
+    """A kind's writer: the document rendered as text, garbled, written to a fresh ``name``."""
     def write(doc: Any, tmp: Path, data: st.DataObject) -> tuple[Path, str]:
-        text, how = garble(_dump_yaml(doc), data)
+        text, how = garble(render(doc), data)
         p = _fresh(tmp, name)
         p.write_text(text, encoding="utf-8", errors="surrogateescape")
         return p, how
     return write
 
 
-def _write_json(doc: Any, tmp: Path, data: st.DataObject) -> tuple[Path, str]:
-    text, how = garble(json.dumps(doc, ensure_ascii=False), data)
-    p = _fresh(tmp, "config.json")
-    p.write_text(text, encoding="utf-8", errors="surrogateescape")
-    return p, how
+def _text_of(path: Path) -> str:
+    """What a kind's writer wrote (its surrogate-escaped bytes back as they were)."""
+    return path.read_text(encoding="utf-8", errors="surrogateescape")
+
+
+def _write_yaml(name: str) -> Callable[[Any, Path, st.DataObject], tuple[Path, str]]:
+    return _write_text(name, _dump_yaml)
+
+
+_write_json = _write_text("config.json", lambda doc: json.dumps(doc, ensure_ascii=False))
 
 
 def _load_yaml(rel: str) -> dict[str, Any]:
@@ -385,21 +391,14 @@ def _launch_line(doc: Any) -> str:
     return " ".join(env + words)
 
 
-def _write_launch(doc: Any, tmp: Path, data: st.DataObject) -> tuple[Path, str]:
-    text, how = garble(_launch_line(doc), data)
-    p = _fresh(tmp, "launch.txt")
-    p.write_text(text, encoding="utf-8", errors="surrogateescape")
-    return p, how
-
-
 def _launch_argv(path: Path, tmp: Path) -> list[str]:
     return ["project", "--model", "tiny-moe", "--hardware", "h100-sxm", "--num-gpus", "8",
-            "--megatron-args=" + path.read_text(encoding="utf-8", errors="surrogateescape"), "--format", "json"]
+            "--megatron-args=" + _text_of(path), "--format", "json"]
 
 
 def _lib_launch(path: Path, doc: Any) -> Any:
     from oracle.recipe import read_recipe, split_megatron_args
-    return read_recipe(split_megatron_args(path.read_text(encoding="utf-8", errors="surrogateescape")))
+    return read_recipe(split_megatron_args(_text_of(path)))
 
 
 def _sets_seed() -> dict[str, Any]:
@@ -407,16 +406,12 @@ def _sets_seed() -> dict[str, Any]:
     return {"training.tp": 2, "pp": 1, "training.recompute": "selective", "mbs": 1, "cluster.memory_margin": 0.1}
 
 
-def _write_sets(doc: Any, tmp: Path, data: st.DataObject) -> tuple[Path, str]:
-    lines = [f"{k}={v}" for k, v in doc.items()] if isinstance(doc, dict) else [str(doc)]
-    text, how = garble("\n".join(lines), data)
-    p = _fresh(tmp, "sets.txt")
-    p.write_text(text, encoding="utf-8", errors="surrogateescape")
-    return p, how
+def _sets_text(doc: Any) -> str:
+    return "\n".join([f"{k}={v}" for k, v in doc.items()] if isinstance(doc, dict) else [str(doc)])
 
 
 def _sets_of(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+    return _text_of(path).split("\n")
 
 
 def _sets_argv(path: Path, tmp: Path) -> list[str]:
@@ -462,8 +457,10 @@ def kinds() -> dict[str, Kind]:
                                                                         .read_text()),
                                  _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
-        "megatron-args": Kind("megatron-args", _launch_seed, _write_launch, _launch_argv, _lib_launch),
-        "set-overrides": Kind("set-overrides", _sets_seed, _write_sets, _sets_argv, _lib_sets, examples=20),
+        "megatron-args": Kind("megatron-args", _launch_seed, _write_text("launch.txt", _launch_line), _launch_argv,
+                              _lib_launch),
+        "set-overrides": Kind("set-overrides", _sets_seed, _write_text("sets.txt", _sets_text), _sets_argv, _lib_sets,
+                              examples=20),
     }
 
 
