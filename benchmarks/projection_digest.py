@@ -27,7 +27,20 @@ from searchers.space import SearchSpace  # noqa: E402
 
 
 def _h(obj) -> str:
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    return hashlib.sha1(json.dumps(_without_new_defaults(obj), sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+NEW_TRAINING_KEYS = {"attention_backend": "auto"}
+"""Training keys added since digests were first recorded, with their defaults: a result's echoed config leaves them
+out at the default, so a tree that adds a setting digests like the tree before it wherever the setting is unused."""
+
+
+def _without_new_defaults(obj):
+    training = obj.get("config", {}).get("training") if isinstance(obj, dict) else None
+    if not isinstance(training, dict):
+        return obj
+    kept = {k: v for k, v in training.items() if NEW_TRAINING_KEYS.get(k, object()) != v}
+    return {**obj, "config": {**obj["config"], "training": kept}}
 
 
 def main() -> int:

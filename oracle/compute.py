@@ -22,8 +22,8 @@ from oracle.comm.collectives import FLEX_BACKENDS
 from oracle.cuda_graphs import GRAPH_REPLAY_HOST_OPS, captured_blocks, replays_per_layer
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
-from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, Op, Shapes, embedding_ops, layer_ops, moe_pairs,
-                            output_ops)
+from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, UNFUSED_SOFTMAX, Op, Shapes, embedding_ops, layer_ops,
+                            moe_pairs, output_ops)
 
 BF16 = 2
 FP32 = 4
@@ -96,11 +96,30 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
         b = gemm_time_s(hw, op.m, op.k, op.n, op.dtype, g, fz)
         w = gemm_time_s(hw, op.k, op.n, op.m, op.dtype, g, fz, op.wgrad_c_bytes) if op.has_wgrad else 0.0
         return f, b, w
+    if op.kind == ATTENTION and op.softmax:
+        return unfused_attention_s(hw, op)
     if op.kind == ATTENTION:
         return tuple(attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v, bwd, op.seq, op.window,
                                       op.dtype) for bwd in (False, True)) + (0.0,)
     # memory-bound: backward ~2x (read grad + saved input, write grad)
     return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
+
+
+def unfused_attention_s(hw, op: Op) -> tuple[float, float, float]:
+    """(forward, backward, 0) device seconds of unfused attention (Transformer Engine UnfusedDotProductAttention):
+    scores = Q K^T as a batched GEMM over the full square (baddbmm), the softmax over them in HBM (``op.softmax``'s
+    path, UNFUSED_SOFTMAX), context = P V (bmm); backward dP = dO V^T, dV = P^T dO, the softmax's backward,
+    dQ = dS K, dK = dS^T Q. Each batched GEMM is priced as one GEMM over the stacked heads (their tiles share the
+    waves; the per-head operand read once, under 1/(s/d) of the traffic)."""
+    bh, sq, sk, dqk, dv = op.batch_heads, op.s_q, op.seq, op.d_qk, op.d_v
+    sm = UNFUSED_SOFTMAX[op.softmax]
+    scores = bh * sq * sk
+    f = (gemm_time_s(hw, bh * sq, sk, dqk) + memory_bound_time_s(hw, sm.fwd_bytes * scores, sm.kernels)
+         + gemm_time_s(hw, bh * sq, dv, sk))
+    b = (gemm_time_s(hw, bh * sq, sk, dv) + gemm_time_s(hw, bh * sk, dv, sq)
+         + memory_bound_time_s(hw, sm.bwd_bytes * scores, sm.kernels)
+         + gemm_time_s(hw, bh * sq, dqk, sk) + gemm_time_s(hw, bh * sk, dqk, sq))
+    return f, b, 0.0
 
 
 def op_host_s(hw, op: Op) -> tuple[float, float]:

@@ -144,6 +144,13 @@ class TrainingConfig:
     """The attention core (QK^T and PV) runs in FP8 (Transformer Engine FP8 fused attention, Megatron-Core
     ``fp8_dot_product_attention``): the tensor-core work at the FP8 rate; the softmax exponentials stay
     one per score, so the gain is capped by the part's special-function rate. Needs precision=fp8."""
+    attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = "auto"
+    """Megatron-Core ``attention_backend`` (``--attention-backend``): auto, flash and fused run a tiled fused
+    kernel (FlashAttention or cuDNN's fused attention: the attention tile model); unfused is Transformer Engine's
+    UnfusedDotProductAttention, which materialises the score matrix: QK^T and PV as batched GEMMs over every
+    (query, key) pair of the full square (the causal mask and a sliding window are applied after, not skipped),
+    a softmax pass over the scores in HBM, and the bf16 probabilities kept for backward. local (Megatron-Core's
+    own attention) needs ``--spec local``, layers without Transformer Engine, which this projection does not price."""
     fp8_output_proj: bool = False
     """The output layer's logits GEMM (LM head) runs in MXFP8 instead of BF16 (Megatron-Core
     ``fp8_output_proj``; only with fp8_recipe=mxfp8)."""

@@ -245,7 +245,7 @@ def _dispatcher_problems(run: RunConfig) -> list[str]:
 
 
 def _precision_feature_problems(run: RunConfig) -> list[str]:
-    """FP8 attention and BF16 first/last layers (Megatron-Core TransformerConfig checks)."""
+    """FP8 attention, the attention backend and BF16 first/last layers (Megatron-Core TransformerConfig checks)."""
     t, m, hw = run.training, run.model, run.cluster.hardware
     p = []
     if t.fp8_dot_product_attention:
@@ -256,6 +256,21 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
             p.append(f"fp8_dot_product_attention=true needs FP8 tensor cores; {hw.name} has none")
         if t.framework != "megatron":
             p.append("fp8_dot_product_attention=true is Transformer Engine's FP8 attention: it needs framework=megatron")
+    if t.attention_backend == "local":
+        p.append("attention_backend=local is Megatron-Core's own attention, which needs --spec local (layers without "
+                 "Transformer Engine: not priced here); valid: auto, flash, fused, or unfused (Transformer Engine's "
+                 "unfused attention)")
+    elif t.attention_backend != "auto" and t.framework != "megatron":
+        p.append(f"attention_backend={t.attention_backend} is Megatron-Core's setting; framework={t.framework} runs "
+                 "PyTorch's scaled_dot_product_attention: leave it at auto")
+    elif t.attention_backend == "unfused":
+        # Transformer Engine: context parallelism and FP8 attention run only in its flash / fused backends
+        if t.cp > 1:
+            p.append(f"attention_backend=unfused cannot run context parallelism (cp={t.cp}): Transformer Engine's "
+                     "context-parallel attention needs the flash or fused backend; use cp=1 or attention_backend=auto")
+        if t.fp8_dot_product_attention:
+            p.append("attention_backend=unfused cannot run fp8_dot_product_attention=true (FP8 attention is Transformer "
+                     "Engine's fused backend)")
     if t.fp8_output_proj and not (t.precision == "fp8" and t.fp8_recipe == "mxfp8"):
         p.append(f"fp8_output_proj=true runs the LM head under MXFP8: it needs precision=fp8 with fp8_recipe=mxfp8 "
                  f"(Megatron-Core), got precision={t.precision}, fp8_recipe={t.fp8_recipe}")

@@ -112,6 +112,10 @@ class Op:
     visits over it)."""
     window: int | None = None
     """Attention: sliding window in tokens (None = full causal)."""
+    softmax: str = ""
+    """Attention: '' a tiled fused kernel (FlashAttention, cuDNN); unfused attention's softmax over the
+    materialised scores: 'kernel' (Transformer Engine's fused scale-mask-softmax kernel) or 'torch' (PyTorch's
+    softmax in fp32: an arbitrary mask, a sliding window, or keys past the kernel's limit), UNFUSED_SOFTMAX."""
     bytes_f: float = 0.0
     """Memory-bound op: bytes read + written in forward (backward moves ~2x)."""
     kernels: int = 1
@@ -201,6 +205,9 @@ class Shapes(HashedOnce):
     """The routed experts' MLP is one fused grouped kernel (TrainingConfig.fused_grouped_mlp)."""
     attention_dtype: str = "bf16"
     """Precision of the attention core's matmuls: bf16, or fp8 (TrainingConfig.fp8_dot_product_attention)."""
+    unfused_attention: bool = False
+    """The attention core materialises its scores (TrainingConfig.attention_backend=unfused): batched GEMMs over
+    the full square, a softmax pass in HBM, the probabilities kept for backward."""
     output_dtype: str = "bf16"
     """Precision of the LM head's logits GEMM: bf16, or mxfp8 (TrainingConfig.fp8_output_proj)."""
     wgrad_c_bytes: float = 2 * BF16
@@ -242,7 +249,7 @@ class Shapes(HashedOnce):
                   saved_input_bytes(t), FP8 if t.fp8_activations else BF16, t.framework, t.torch_compile,
                   2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16, t.moe_router_fusion,
                   t.fused_grouped_mlp, "fp8" if t.fp8_dot_product_attention else "bf16",
-                  "mxfp8" if t.fp8_output_proj else "bf16", t.moe_a2a_backend)
+                  "mxfp8" if t.fp8_output_proj else "bf16", t.moe_a2a_backend, t.attention_backend == "unfused")
         key = (cls, values, tuple(saved_tensor_assumptions.items()))
         hit = _SHAPES.get(key)
         if hit is None:
@@ -255,7 +262,7 @@ class Shapes(HashedOnce):
 _OF_FIELDS = ("T", "T_sp", "tp", "cp", "ep", "etp", "mbs", "seq_len", "dtype", "fp8_recipe", "moe_load",
               "capacity_factor", "buffer_load", "paged_stash", "saved_gemm_bytes", "act_input_bytes", "framework",
               "compiled", "wgrad_c_bytes", "router_fusion", "fused_mlp", "attention_dtype", "output_dtype",
-              "dispatcher")
+              "dispatcher", "unfused_attention")
 """The :class:`Shapes` fields :meth:`Shapes.of` sets from a run, in the order of its values."""
 _SHAPES: dict[tuple, Shapes] = {}
 """:meth:`Shapes.of`'s instances by (class, the field values it computed, the saved-tensor keywords)."""
@@ -289,20 +296,61 @@ def _dropout_mask(s: Shapes, hidden: int) -> tuple[Saved, ...]:
     return (Saved("dropout_mask", s.T_sp * hidden * MASK),) if s.dropout else ()
 
 
-def _core_attention_saved(card, s: Shapes, q_w: float, k_w: float, v_w: float) -> tuple[Saved, ...]:
-    """Q, K, V kept by core attention (K22 "QK^T: 4sbh", "V: 2sbh") and its softmax statistics."""
+def _core_attention_saved(card, s: Shapes, q_w: float, k_w: float, v_w: float,
+                          softmax: str = "") -> tuple[Saved, ...]:
+    """Q, K, V kept by core attention (K22 "QK^T: 4sbh", "V: 2sbh") and its softmax statistics (a fused kernel),
+    or its probabilities (the score matrix: unfused attention, or the K22 accounting without flash attention)."""
     T, a_r = s.T, card.num_attention_heads / s.tp
     t = [Saved("q", T * q_w * BF16), Saved("k", T * k_w * BF16), Saved("v", T * v_w * BF16)]
-    if s.flash_attention:
+    if s.flash_attention and not softmax:
         # flash attention keeps an fp32 logsumexp per (head, token) (TE softmax_lse, b x a/tp x s/cp)
         t.append(Saved("softmax_lse", a_r * T * FP32, SELECTIVE))
     else:
         scores = a_r * T * s.seq_len  # (a/tp) x b x (s/cp) x s score matrix
-        t.append(Saved("softmax_output", scores * BF16, SELECTIVE))  # K22 "softmax output: 2as^2b"
+        # K22 "softmax output: 2as^2b"; unfused attention's softmax path keeps what UNFUSED_SOFTMAX says
+        per_score = UNFUSED_SOFTMAX[softmax].saved_bytes if softmax else BF16
+        t.append(Saved("softmax_output", scores * per_score, SELECTIVE))
         if s.dropout:  # K22 "softmax dropout mask as^2b" + "dropout output 2as^2b"
             t += [Saved("attn_dropout_mask", scores * MASK, SELECTIVE),
                   Saved("attn_dropout_output", scores * BF16, SELECTIVE)]
     return tuple(t)
+
+
+@dataclass(frozen=True)
+class SoftmaxCost:
+    """Unfused attention's softmax over the materialised scores: HBM bytes per score in forward and in backward,
+    kernels per pass, and bytes per score kept for backward."""
+
+    fwd_bytes: float
+    bwd_bytes: float
+    kernels: int
+    saved_bytes: float
+
+
+UNFUSED_SOFTMAX: dict[str, SoftmaxCost] = {
+    # Transformer Engine FusedScaleMaskSoftmax's CUDA kernels (scaled_upper_triang_masked_softmax): read the bf16
+    # scores, write bf16 probabilities (fp32 inside); backward reads probabilities and their gradient, writes one
+    # gradient; the probabilities are both the softmax's saved output and the PV matmul's input (one tensor)
+    "kernel": SoftmaxCost(fwd_bytes=2 + 2, bwd_bytes=2 + 2 + 2, kernels=1, saved_bytes=BF16),
+    # its PyTorch fallback (forward_torch_softmax, attention_softmax_in_fp32): float() 2+4, masked_fill 4+1+4,
+    # Softmax 4+4, to(bf16) 4+2; autograd runs each backward (6, 9, 12, 6); Softmax keeps its fp32 output and the
+    # PV matmul the bf16 copy
+    "torch": SoftmaxCost(fwd_bytes=6 + 9 + 8 + 6, bwd_bytes=6 + 9 + 12 + 6, kernels=4, saved_bytes=FP32 + BF16),
+}
+"""Softmax costs of unfused attention by path (Op.softmax)."""
+FUSED_SOFTMAX_MAX_KEYS = 16384
+"""Transformer Engine FusedScaleMaskSoftmax.is_kernel_available: 16 < keys < 16384, keys a multiple of 8, query
+heads x batch a multiple of 4, a causal (not arbitrary) mask."""
+
+
+def _unfused_softmax(card, s: Shapes, window: int | None) -> str:
+    """Which softmax unfused attention runs (Transformer Engine UnfusedDotProductAttention): its fused kernel for
+    a plain causal mask within the kernel's sizes, else PyTorch's (a sliding window is an arbitrary mask; learnable
+    softmax sinks add a column the kernel does not take)."""
+    sk, heads = s.seq_len, s.mbs * (card.num_attention_heads // s.tp)
+    if window is not None or card.attention_sinks or not 16 < sk < FUSED_SOFTMAX_MAX_KEYS or sk % 8 or heads % 4:
+        return "torch"
+    return "kernel"
 
 
 CAST_BYTES = {"delayed": 3.0, "tensorwise": 3.0, "mxfp8": 2.0 + 2 * (1.0 + 1.0 / 32), "blockwise": 2.0 + 2 * (1.0 + 4.0 / 128)}
@@ -401,15 +449,21 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
                       saved=qk_norm_saved + (extra if s.eager else ())))
     rope_b = EAGER_ROPE_BYTES * qk_elems if s.eager else BF16 * 2 * qk_elems
     ops.append(Op(name="rope", kind=MEMORY, bytes_f=rope_b, kernels=6 if s.eager else 1, host_ops=8 if s.eager else 2))
-    if titan and card.attention != "mla" and k_w < q_w:
-        # torchtitan repeat_kv: GQA K and V expanded to every query head (a copy) before SDPA, which then
-        # keeps the repeated K and V for its backward
+    unfused = s.unfused_attention
+    if (titan or unfused) and card.attention != "mla" and k_w < q_w:
+        # torchtitan repeat_kv, Transformer Engine's UnfusedDotProductAttention repeat_interleave: GQA K and V
+        # expanded to every query head (a copy) before the attention, which then keeps the repeated K and V for
+        # its backward
         ops.append(Op(name="repeat_kv", kind=MEMORY, bytes_f=BF16 * 2 * T * (k_w + q_w), kernels=2, host_ops=4))
         k_w = v_w = q_w
-    ops.append(Op(name="attn_core", kind=ATTENTION, batch_heads=s.mbs * (card.num_attention_heads // tp),
-                  s_q=s.seq_len // s.cp, s_k=avg_keys(s.seq_len, window), d_qk=d_qk, d_v=d_v, seq=s.seq_len,
-                  window=window, dtype=s.attention_dtype, host_ops=3,
-                  saved=_core_attention_saved(card, s, q_w, k_w, v_w)))
+    softmax = _unfused_softmax(card, s, window) if unfused else ""
+    batch_heads = s.mbs * (card.num_attention_heads // tp)
+    ops.append(Op(name="attn_core", kind=ATTENTION, batch_heads=batch_heads,
+                  # unfused: every (query, key) pair of the square is computed, the mask applied after
+                  s_q=s.seq_len // s.cp, s_k=float(s.seq_len) if unfused else avg_keys(s.seq_len, window),
+                  d_qk=d_qk, d_v=d_v, seq=s.seq_len, window=window, dtype=s.attention_dtype, softmax=softmax,
+                  host_ops=2 + UNFUSED_SOFTMAX[softmax].kernels if unfused else 3,
+                  saved=_core_attention_saved(card, s, q_w, k_w, v_w, softmax)))
     # output-projection GEMM input (K22 "linear projection: 2sbh")
     ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
                   saved=(Saved("context", T * ctx_w * b_g),)))

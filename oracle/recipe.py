@@ -375,6 +375,19 @@ def _force_balance(v: Any, given: str, out: dict[str, Any], every: dict[str, Any
     raise _Ignore("free routing: its imbalance is a property of the data; the projection keeps training.moe_imbalance")
 
 
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+"""Megatron-Core AttnBackend names (megatron/core/transformer/enums.py), in its enum's order after auto."""
+
+
+def _attention_backend(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    # AttnBackend.unfused (a printed config), unfused (the command line), None (Megatron-Bridge's unset: auto)
+    name = "auto" if v is None else str(v).rsplit(".", 1)[-1].strip().lower()
+    if name not in ATTENTION_BACKENDS:
+        raise InvalidConfigError(f"recipe {given}={v!r}: valid attention backends are {', '.join(ATTENTION_BACKENDS)}")
+    out["attention_backend"] = name
+    return "training.attention_backend"
+
+
 def _fused_mlp(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
     if not _bool(v, given):
         out.setdefault("fused_grouped_mlp", False)
@@ -550,6 +563,7 @@ SETTINGS: dict[str, Handler] = {
     "cpu_offloading_activations": _same(True, "offloaded layers' activations (Megatron-Core's default)",
                                         "weights-only offloading is not priced"),
     # kernels and host
+    "attention_backend": _attention_backend,
     "apply_rope_fusion": _same(True, "the op graph's fused RoPE", "unfused RoPE is not priced"),
     "cross_entropy_fusion_impl": _loss_fusion, "loss_fusion": _loss_fusion,
     "manual_gc": _ignore("Python garbage collection every manual_gc_interval steps instead of at random: not in a "
@@ -745,6 +759,8 @@ def megatron_args(training: Any) -> list[tuple[str, Any]]:
     if t.fused_grouped_mlp:  # Megatron-Core takes the CuTe DSL kernel from the environment (TEGroupedMLP)
         out += [("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", 1), ("use_transformer_engine_op_fuser", True)]
     flag("fp8_dot_product_attention", t.fp8_dot_product_attention)
+    if t.attention_backend != "auto":
+        out.append(("attention_backend", t.attention_backend))
     flag("fp8_output_proj", t.fp8_output_proj)
     flag("activation_func_fp8_input_store", t.fp8_activations)
     if t.first_last_layers_bf16:
@@ -793,7 +809,7 @@ def megatron_cli_args(training: Any) -> tuple[list[tuple[str, Any]], list[tuple[
 RECIPE_TRAINING_KEYS: tuple[str, ...] = (
     "moe_a2a_backend", "moe_a2a_overlap", "fp8_activations", "moe_flex_dispatcher_num_sms", "moe_expert_rank_capacity_factor", "moe_paged_stash",
     "moe_paged_stash_buffer_factor", "moe_shared_expert_overlap", "delay_wgrad_compute", "moe_router_fusion",
-    "fused_grouped_mlp", "fp8_dot_product_attention", "fp8_output_proj", "first_last_layers_bf16",
+    "fused_grouped_mlp", "fp8_dot_product_attention", "attention_backend", "fp8_output_proj", "first_last_layers_bf16",
     "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "gradient_accumulation_fusion", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_weights", "fsdp_double_buffer", "optimizer",
     "mtp_num_layers", "muon_ns_steps")

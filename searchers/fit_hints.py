@@ -2,8 +2,9 @@
 
 ``raytune-primus project`` prints them under a projection whose memory is over the cap. Each candidate changes one
 thing the user would reach for first, in the search space's own terms (:class:`~searchers.space.SearchSpace` around
-the run: its legal values, its derived pipeline layouts, its legality check): a memory saver (selective or full
-recompute, the distributed optimizer, FSDP), a smaller micro-batch, or twice the tensor, pipeline, context or expert
+the run: its legal values, its derived pipeline layouts, its legality check): a memory saver (the fused attention
+kernel in place of unfused attention's score matrices, selective or full recompute, the distributed optimizer, FSDP),
+a smaller micro-batch, or twice the tensor, pipeline, context or expert
 parallelism. Every legal one is projected (simulate mode, as ``project --set CHANGE`` projects it); those that fit are
 returned fastest first. The numerics (precision, FP8 recipe, token dropping) are never changed: they change the
 training."""
@@ -15,9 +16,12 @@ from typing import Any
 
 from oracle.config import RunConfig, TrainingConfig
 from oracle.errors import PrimusError
+from oracle.legality import check as legality_check
 from oracle.units import GIB
 from searchers.space import SearchSpace
 
+KERNEL_CHOICES = frozenset({"attention_backend"})
+"""Candidate keys that no search space opens (a kernel choice, not a layout): tried on the run as it is."""
 MAX_HINTS = 5
 """Hints printed at most (the fastest that fit)."""
 
@@ -49,6 +53,8 @@ def _changes(run: RunConfig) -> list[dict[str, Any]]:
     """The one-change candidates, in the order a user would try them (duplicates and no-ops dropped later)."""
     t: TrainingConfig = run.training
     out: list[dict[str, Any]] = []
+    if t.attention_backend == "unfused":  # the fused kernel keeps no score matrix
+        out.append({"attention_backend": "auto"})
     if t.recompute in ("none", "selective"):
         out += [{"recompute": r} for r in (("selective", "full") if t.recompute == "none" else ("full",))]
     if not t.use_distributed_optimizer and not t.fsdp:
@@ -81,7 +87,11 @@ def fit_hints(run: RunConfig, limit: int = MAX_HINTS) -> tuple[list[FitHint], in
         if key in seen or all(getattr(base, k) == v for k, v in change.items()):
             continue
         seen.add(key)
-        cand, problems = space.validate(change)
+        if set(change) <= KERNEL_CHOICES:  # not a search axis: the run itself with the change, as --set makes it
+            cand = run.with_training(**change)
+            problems = legality_check(cand)
+        else:
+            cand, problems = space.validate(change)
         if problems or cand is None:
             continue
         try:

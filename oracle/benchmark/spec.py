@@ -43,6 +43,9 @@ class LayerSpec:
     qkv_bias: bool = False
     qk_layernorm: bool = False
     window: int | None = None
+    unfused: bool = False
+    """The attention core materialises its scores (training.attention_backend=unfused): matmul, masked softmax in
+    fp32, matmul, as Transformer Engine's UnfusedDotProductAttention runs it, instead of SDPA."""
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
     qk_nope_head_dim: int = 0
@@ -114,7 +117,7 @@ def layer_spec(card: ModelCard, run: RunConfig, plan: BenchPlan, kind: str, wind
         return LayerSpec(**base, vocab=card.padded_vocab(tp) // tp)
     heads = card.num_attention_heads // tp
     attn = dict(attention=card.attention, heads=heads, qkv_bias=card.qkv_bias, qk_layernorm=card.qk_layernorm,
-                window=window)
+                window=window, unfused=t.attention_backend == "unfused")
     if card.attention == "mla":
         attn.update(kv_heads=heads, q_lora_rank=card.q_lora_rank, kv_lora_rank=card.kv_lora_rank,
                     qk_nope_head_dim=card.qk_nope_head_dim or 0, qk_rope_head_dim=card.qk_rope_head_dim or 0,

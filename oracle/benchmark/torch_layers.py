@@ -90,6 +90,21 @@ def attention_mask(spec: LayerSpec, device) -> torch.Tensor | None:
     return mask
 
 
+def _unfused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                       gqa: bool) -> torch.Tensor:
+    """Attention with its scores in memory (Transformer Engine UnfusedDotProductAttention): K and V repeated to
+    every query head, Q K^T scaled, the mask applied and the softmax taken in fp32, probabilities in the input
+    dtype times V. [b, heads, s_q, d] -> [b, heads, s_q, d_v]."""
+    if gqa:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    if mask is None:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    probs = torch.softmax(scores.float().masked_fill(~mask, float("-inf")), dim=-1).to(q.dtype)
+    return torch.matmul(probs, v)
+
+
 class AttnCore(nn.Module):
     """Split the fused projection, apply qk-norm and RoPE, run SDPA; [b, s, proj] -> [b, s, heads*d_v]."""
 
@@ -142,7 +157,9 @@ class AttnCore(nn.Module):
             reps = s.seq_k // n
             k = k.repeat(1, 1, reps, 1)
             v = v.repeat(1, 1, reps, 1)
-        if mask is None:
+        if s.unfused:
+            o = _unfused_attention(q, k, v, mask, gqa)
+        elif mask is None:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)

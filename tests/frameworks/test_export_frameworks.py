@@ -37,6 +37,8 @@ CASES: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "dense-tensorwise-full-recompute-block": ("llama3.1-70b", "h100-sxm", 64, dict(
         seq_len=8192, gbs=128, tp=4, pp=4, vpp=2, precision="fp8", fp8_recipe="tensorwise",
         recompute="full", recompute_num_layers=4)),
+    "dense-unfused-attention": ("llama3.1-8b", "h100-sxm", 8, dict(
+        seq_len=4096, gbs=32, tp=2, attention_backend="unfused", recompute="selective")),
     "dense-full-recompute-uniform": ("llama3.1-8b", "h100-sxm", 8, dict(
         seq_len=8192, gbs=32, tp=2, recompute="full")),
     "dense-local-cuda-graphs": ("llama3.1-8b", "b200", 8, dict(

@@ -149,6 +149,7 @@ def test_canonical_names() -> None:
      "fp8_output_proj": True, "fp8_param_gather": True, "cuda_graph_impl": "full_iteration", "fp8_activations": True},
     {"precision": "fp8", "first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 2,
      "num_layers_at_end_in_bf16": 1, "gradient_accumulation_fusion": False, "optimizer": "muon", "mtp_num_layers": 0},
+    {"attention_backend": "unfused", "recompute": "selective"},
 ])
 def test_megatron_args_read_back_to_the_same_training(training) -> None:
     base = {"seq_len": 4096, "gbs": 64, "ep": 8} if "moe_a2a_backend" in training else {"seq_len": 4096, "gbs": 64}

@@ -52,6 +52,23 @@ def test_a_config_that_does_not_fit_gets_the_one_change_neighbours_that_do(capsy
     assert "fit_hints" not in json.loads(out)
 
 
+def test_unfused_attention_that_does_not_fit_is_told_the_fused_kernel_does(capsys):
+    """The score matrices of attention_backend=unfused are what overflows: the fused kernel is the fastest fix, and
+    applied with --set it fits and projects what the hint said."""
+    base = ["project", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--num-gpus", "8", "--seq-len", "4096",
+            "--gbs", "64", "--set", "training.recompute=none"]
+    code, out, _ = run_cli(capsys, *base, "--set", "training.attention_backend=unfused", "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and not d["memory"]["fits"]
+    first = d["fit_hints"][0]
+    assert first["change"] == {"attention_backend": "auto"}
+    code, out, _ = run_cli(capsys, *base, "--format", "json")
+    again = json.loads(out)
+    assert again["memory"]["fits"] and again["tokens_per_s_per_gpu"] == pytest.approx(first["tokens_per_s_per_gpu"],
+                                                                                       rel=1e-9)
+    assert d["tokens_per_s_per_gpu"] < again["tokens_per_s_per_gpu"]
+
+
 def test_compare_schedules_and_gantt(capsys, tmp_path):
     png = tmp_path / "g.png"
     code, out, err = run_cli(capsys, "project", str(CONFIG), "--compare-schedules", "--gantt", str(png))
