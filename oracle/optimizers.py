@@ -6,8 +6,10 @@ shard is read and written a fixed number of bytes (ADAM_BYTES_PER_PARAM). A Muon
 keeps fp32 master weights and one fp32 momentum, and orthogonalises each 2-D weight's update with a few
 Newton-Schulz iterations: GEMMs on the matrix, so its step is compute work that grows with the matrix sizes, not
 only with the parameter count. Megatron-Core distributes whole matrices over the data-parallel ranks (layer-wise)
-and orthogonalises each tensor-parallel shard on its own (``muon_tp_mode='blockwise'``, the default); embeddings,
-the output layer and 1-D parameters stay on AdamW.
+and orthogonalises each tensor-parallel shard on its own (``muon_tp_mode='blockwise'``, the default); the routed
+experts' matrices are dealt over the expert data-parallel ranks instead (their parameter groups are
+``is_expert_parallel``: ``layer_wise_optimizer.py`` shards them on ``expt_dp``); embeddings, the output layer and
+1-D parameters stay on AdamW.
 """
 from __future__ import annotations
 
@@ -47,18 +49,32 @@ def newton_schulz_s(hw, rows: int, cols: int, steps: int) -> float:
     return steps * one
 
 
-def layer_newton_schulz_s(hw, ops: list[Op], steps: int) -> float:
-    """Newton-Schulz seconds for every trainable weight matrix of one layer's op graph on this rank (each
-    weight [k x n] per group: the tensor-parallel shard, orthogonalised blockwise)."""
-    return sum(op.groups * newton_schulz_s(hw, op.k, op.n, steps) for op in ops if op.kind == GEMM and op.has_wgrad)
+EXPERT_MATRICES = frozenset({"experts_up", "experts_down"})
+"""The routed experts' weight GEMMs (expert-parallel parameters: their optimizer group is the expert data-parallel
+one, Megatron-Core ``is_expert_parallel``); shared experts, router and attention weights are dense."""
 
 
-def step_time_s(run, shard_params: float, matrix_share: float, ns_s: float, ns_ranks: int) -> float:
+def layer_newton_schulz_s(hw, ops: list[Op], steps: int) -> tuple[float, float]:
+    """(dense, routed-expert) Newton-Schulz seconds for every trainable weight matrix of one layer's op graph on
+    this rank (each weight [k x n] per group: the tensor-parallel shard, orthogonalised blockwise)."""
+    dense = expert = 0.0
+    for op in ops:
+        if op.kind == GEMM and op.has_wgrad:
+            ns = op.groups * newton_schulz_s(hw, op.k, op.n, steps)
+            if op.name in EXPERT_MATRICES:
+                expert += ns
+            else:
+                dense += ns
+    return dense, expert
+
+
+def step_time_s(run, shard_params: float, matrix_share: float, ns_s: float) -> float:
     """Optimizer step of one rank: ``shard_params`` parameters it updates (the distributed optimizer's shard),
-    ``matrix_share`` of them 2-D weights; ``ns_s`` the Newton-Schulz seconds of every matrix the rank's
-    model-parallel shard holds, spread over ``ns_ranks`` data-parallel ranks (Muon only)."""
+    ``matrix_share`` of them 2-D weights; ``ns_s`` the Newton-Schulz seconds of the whole matrices this rank owns
+    (Muon only; Megatron-Core's LayerWiseDistributedOptimizer deals dense matrices over the data-parallel ranks and
+    routed-expert ones over the expert data-parallel ranks)."""
     hw, t = run.cluster.hardware, run.training
     if t.optimizer == "muon":
         per = MUON_BYTES_PER_PARAM * matrix_share + ADAM_BYTES_PER_PARAM * (1.0 - matrix_share)
-        return memory_bound_time_s(hw, per * shard_params, STEP_KERNELS) + ns_s / max(1, ns_ranks)
+        return memory_bound_time_s(hw, per * shard_params, STEP_KERNELS) + ns_s
     return memory_bound_time_s(hw, ADAM_BYTES_PER_PARAM * shard_params, STEP_KERNELS)

@@ -351,11 +351,13 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     shard_dense = dense_p / dp_cp if (t.use_distributed_optimizer or t.fsdp) else dense_p
     shard_exp = expert_p / L.edp if (t.use_distributed_optimizer or t.fsdp) else expert_p
     if t.optimizer == "muon":
-        matrices, ns_s = _rank_matrices(run, L, crit)
+        matrices, ns_dense, ns_exp = _rank_matrices(run, L, crit)
         share = min(1.0, matrices / max(1.0, dense_p + expert_p))
-        optimizer_s = step_time_s(run, shard_dense + shard_exp, share, ns_s, dp_cp)
+        # whole matrices dealt over the ranks that hold copies of them: dense over dp x cp, experts over edp
+        ns_s = ns_dense / max(1, dp_cp) + ns_exp / max(1, L.edp)
+        optimizer_s = step_time_s(run, shard_dense + shard_exp, share, ns_s)
     else:
-        optimizer_s = step_time_s(run, shard_dense + shard_exp, 0.0, 0.0, 1)
+        optimizer_s = step_time_s(run, shard_dense + shard_exp, 0.0, 0.0)
     if t.cpu_offloading:
         term = _cpu_offload_term(run, chunks[crit], mb)
         terms.append(term)
@@ -364,13 +366,14 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     return terms, extra_exposed, optimizer_s
 
 
-def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float]:
-    """(2-D weight parameters, Newton-Schulz seconds) of the decoder layers pipeline rank ``rank`` holds, per GPU
-    (the tensor/expert-parallel shards of its op graphs; MTP modules count as decoder layers)."""
+def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float, float]:
+    """(2-D weight parameters, dense and routed-expert Newton-Schulz seconds) of the decoder layers pipeline rank
+    ``rank`` holds, per GPU (the tensor/expert-parallel shards of its op graphs; MTP modules count as decoder
+    layers)."""
     hw, t = run.cluster.hardware, run.training
     shapes = Shapes.of(run)
     kinds, rows = _chunk_kinds(run, L)
-    params = ns = 0.0
+    params = ns_dense = ns_exp = 0.0
     for c in rows[rank]:
         groups, _, _, n_mtp = kinds[c]
         counts = [((kind, window), n) for (kind, window, _, _), n in groups]
@@ -379,8 +382,9 @@ def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float]:
         for (kind, window), n in counts:
             ops = layer_ops(run.model, shapes, kind, window)
             params += n * sum(op.groups * op.k * op.n for op in ops if op.kind == GEMM and op.has_wgrad)
-            ns += n * layer_newton_schulz_s(hw, ops, t.muon_ns_steps)
-    return params, ns
+            d, e = layer_newton_schulz_s(hw, ops, t.muon_ns_steps)
+            ns_dense, ns_exp = ns_dense + n * d, ns_exp + n * e
+    return params, ns_dense, ns_exp
 
 
 def _cpu_offload_term(run: RunConfig, chunks, mb: int) -> CommTerm:

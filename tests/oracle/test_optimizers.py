@@ -1,0 +1,62 @@
+"""The optimizer step (oracle.optimizers): AdamW's HBM traffic, Muon's Newton-Schulz GEMMs and who runs them."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oracle.config import RunConfig
+from oracle.hardware import load_hardware
+from oracle.optimizers import EXPERT_MATRICES, layer_newton_schulz_s, newton_schulz_s
+from oracle.opgraph import GEMM, Shapes, layer_ops
+from oracle.projector import project
+
+
+def _run(model: str, n: int, **training) -> RunConfig:
+    tr = {"seq_len": 4096, "gbs": 256, "use_distributed_optimizer": True, **training}
+    return RunConfig.from_dict({"model": model, "cluster": {"hardware": "h100-sxm", "num_gpus": n}, "training": tr})
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(rows=st.integers(64, 16384), cols=st.integers(64, 16384), steps=st.integers(1, 8))
+def test_newton_schulz_is_at_least_its_flops_at_peak(rows, cols, steps):
+    """Each quintic step: X X^T (2 a^2 b FLOPs), A A (2 a^3), B X (2 a^2 b), a = min and b = max of the sizes."""
+    hw = load_hardware("h100-sxm")
+    a, b = sorted((rows, cols))
+    flops = steps * (4.0 * a * a * b + 2.0 * a ** 3)
+    assert newton_schulz_s(hw, rows, cols, steps) >= flops / hw.peak_flops_per_s["bf16"]
+    assert newton_schulz_s(hw, rows, cols, steps) == pytest.approx(steps * newton_schulz_s(hw, rows, cols, 1))
+
+
+def test_a_layers_matrices_split_into_dense_and_routed_expert_ones():
+    run = _run("qwen3-30b-a3b", 16, ep=8)
+    ops = layer_ops(run.model, Shapes.of(run), "moe")
+    hw = run.cluster.hardware
+    dense, expert = layer_newton_schulz_s(hw, ops, 5)
+    want = {name: sum(op.groups * newton_schulz_s(hw, op.k, op.n, 5) for op in ops
+                      if op.kind == GEMM and op.has_wgrad and (op.name in EXPERT_MATRICES) == name)
+            for name in (False, True)}
+    assert (dense, expert) == pytest.approx((want[False], want[True]))
+    assert expert > 0 and dense > 0
+
+
+def test_muon_expert_matrices_are_orthogonalised_by_their_expert_data_parallel_owners():
+    """Megatron-Core's LayerWiseDistributedOptimizer deals routed-expert matrices over the expert data-parallel
+    group: with EP over every data-parallel rank (edp = 1) each rank orthogonalises all its local experts' matrices
+    itself, so its step costs at least their Newton-Schulz time (not that time over dp)."""
+    run = _run("qwen3-30b-a3b", 16, ep=16, optimizer="muon")
+    hw = run.cluster.hardware
+    ops = layer_ops(run.model, Shapes.of(run), "moe")
+    local_experts_s = run.model.num_layers * layer_newton_schulz_s(hw, ops, run.training.muon_ns_steps)[1]
+    step = project(run, memory_tree=False).breakdown.optimizer_s
+    assert step >= local_experts_s
+    adam = project(_run("qwen3-30b-a3b", 16, ep=16), memory_tree=False).breakdown.optimizer_s
+    assert step > adam + local_experts_s * 0.99  # the GEMMs come on top of the (lighter) elementwise pass
+
+
+def test_muon_dense_matrices_spread_over_the_data_parallel_ranks():
+    """A dense model's matrices are dealt over dp: twice the data-parallel ranks, about half the Newton-Schulz work
+    per rank (the elementwise pass halves with the shard too)."""
+    small = project(_run("llama3.1-8b", 8, tp=2, optimizer="muon", gbs=64), memory_tree=False).breakdown.optimizer_s
+    big = project(_run("llama3.1-8b", 16, tp=2, optimizer="muon", gbs=64), memory_tree=False).breakdown.optimizer_s
+    assert big == pytest.approx(small / 2, rel=0.05)
