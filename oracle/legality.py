@@ -283,6 +283,10 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
                      f"the {m.num_layers} layers of {m.name}")
     if t.muon_ns_steps < 1:
         p.append(f"muon_ns_steps={t.muon_ns_steps} must be >= 1")
+    if t.optimizer == "muon" and t.fsdp:
+        # Megatron-LM validate_args: "Emerging optimizer does not support Torch-FSDP2 / Megatron-FSDP for now"
+        p.append("optimizer=muon cannot run with fsdp=true (Megatron-LM's emerging optimizers support neither "
+                 "Torch-FSDP2 nor Megatron-FSDP); use use_distributed_optimizer=true, its layer-wise sharding")
     if t.mtp_num_layers is not None and t.mtp_num_layers < 0:
         p.append(f"mtp_num_layers={t.mtp_num_layers} must be >= 0 (None = the card's {m.mtp_layers})")
     return p

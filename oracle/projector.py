@@ -353,8 +353,11 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     if t.optimizer == "muon":
         matrices, ns_dense, ns_exp = _rank_matrices(run, L, crit)
         share = min(1.0, matrices / max(1.0, dense_p + expert_p))
-        # whole matrices dealt over the ranks that hold copies of them: dense over dp x cp, experts over edp
-        ns_s = ns_dense / max(1, dp_cp) + ns_exp / max(1, L.edp)
+        # the layer-wise distributed optimizer (Megatron-LM: --optimizer muon with --use-distributed-optimizer) deals
+        # whole matrices over the ranks that hold copies of them, dense over dp x cp and experts over edp; without
+        # it every rank orthogonalises every matrix it holds
+        layer_wise = t.use_distributed_optimizer
+        ns_s = ns_dense / max(1, dp_cp) + ns_exp / max(1, L.edp) if layer_wise else ns_dense + ns_exp
         optimizer_s = step_time_s(run, shard_dense + shard_exp, share, ns_s)
     else:
         optimizer_s = step_time_s(run, shard_dense + shard_exp, 0.0, 0.0)

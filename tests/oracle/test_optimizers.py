@@ -60,3 +60,17 @@ def test_muon_dense_matrices_spread_over_the_data_parallel_ranks():
     small = project(_run("llama3.1-8b", 8, tp=2, optimizer="muon", gbs=64), memory_tree=False).breakdown.optimizer_s
     big = project(_run("llama3.1-8b", 16, tp=2, optimizer="muon", gbs=64), memory_tree=False).breakdown.optimizer_s
     assert big == pytest.approx(small / 2, rel=0.05)
+
+
+def test_without_the_distributed_optimizer_every_rank_orthogonalises_every_matrix_it_holds():
+    """Megatron-LM builds the layer-wise distributed optimizer from --optimizer muon --use-distributed-optimizer;
+    without that flag each data-parallel rank runs Newton-Schulz on all its matrices."""
+    dealt = project(_run("llama3.1-8b", 16, tp=2, optimizer="muon", gbs=64), memory_tree=False).breakdown.optimizer_s
+    every = project(_run("llama3.1-8b", 16, tp=2, optimizer="muon", gbs=64, use_distributed_optimizer=False),
+                    memory_tree=False).breakdown.optimizer_s
+    assert every > 4 * dealt  # 8 data-parallel ranks share the GEMMs in the first, none in the second
+
+
+def test_muon_with_fsdp_is_refused():
+    with pytest.raises(Exception, match="optimizer=muon cannot run with fsdp=true"):
+        _run("llama3.1-8b", 8, optimizer="muon", fsdp=True, use_distributed_optimizer=False)
