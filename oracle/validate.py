@@ -619,8 +619,8 @@ def _legal_with_recipe(data: dict[str, Any], row: dict[str, str], recipe: list[A
                 culprits += [k for k in from_recipe if k in LAYOUT_KEYS and k in data["training"] and k not in culprits]
             for k in culprits:
                 why = next((p for p in problems if re.search(rf"\b{re.escape(k)}\b", p)), problems[0])
-                dropped.append(RecipeEntry(k, data["training"].pop(k), IGNORED,
-                                           f"illegal with the row's printed layout: {clip(why, 160)}"))
+                what = "the row's printed layout" if k in LAYOUT_KEYS else "the row's other settings"
+                dropped.append(RecipeEntry(k, data["training"].pop(k), IGNORED, f"illegal with {what}: {clip(why, 160)}"))
             if any(k in LAYOUT_KEYS for k in culprits) and not any(k in data["training"] for k in LAYOUT_KEYS):
                 assumed += _assume_recipe_layout(data, row)
     return None, recipe + dropped, "the recipe's settings could not be made legal"

@@ -112,3 +112,22 @@ def test_recipe_reads_the_attention_backend(value):
     assert read_recipe({"attention_backend": None}).training["attention_backend"] == "auto"
     with pytest.raises(InvalidConfigError, match="valid attention backends are auto, flash, fused, unfused, local"):
         read_recipe({"attention_backend": "AttnBackend.sdpa"})
+
+
+def test_a_published_row_whose_recipe_states_a_backend_is_priced_with_it_or_says_why_not():
+    """validate: AttnBackend.unfused in a row's recipe slows its projection; local (not priced) is dropped from the
+    row, listed as ignored with the refusal, and the row projects as with auto."""
+    from oracle.validate import validate_rows
+    base = {"id": "r", "source": "test", "group": "25.11 NeMo / x", "model": "llama3.1-8b", "hardware": "h100-sxm",
+            "num_gpus": "8", "seq_len": "8192", "gbs": "64", "mbs": "1", "tp": "1", "pp": "1", "vpp": "1", "cp": "1",
+            "ep": "1", "etp": "", "precision": "bf16", "fsdp": "false", "use_distributed_optimizer": "true",
+            "recompute": "selective", "recompute_num_layers": "", "pp_schedule": "", "moe_a2a_backend": "",
+            "measured_tokens_per_s_per_gpu": "8000", "measured_tflops_per_gpu": "", "measured_peak_mem_gib": "",
+            "quality": "A", "notes": "", "recipe_source": ""}
+    rows = [dict(base, id=k, recipe=v) for k, v in (("auto", "attention_backend=AttnBackend.auto"),
+                                                    ("unfused", "attention_backend=AttnBackend.unfused"),
+                                                    ("local", "attention_backend=AttnBackend.local"))]
+    auto, unfused, local = validate_rows(rows)
+    assert unfused.projected < auto.projected and local.projected == auto.projected
+    assert any(e.startswith("attention_backend=local (illegal with the row's other settings: "
+                            "attention_backend=local is Megatron-Core's own attention") for e in local.recipe_ignored)
