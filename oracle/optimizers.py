@@ -54,13 +54,18 @@ EXPERT_MATRICES = frozenset({"experts_up", "experts_down"})
 one, Megatron-Core ``is_expert_parallel``); shared experts, router and attention weights are dense."""
 
 
-def layer_newton_schulz_s(hw, ops: list[Op], steps: int) -> tuple[float, float]:
+def layer_newton_schulz_s(hw, ops: list[Op], steps: int, qkv_rows: tuple[int, ...] = ()) -> tuple[float, float]:
     """(dense, routed-expert) Newton-Schulz seconds for every trainable weight matrix of one layer's op graph on
-    this rank (each weight [k x n] per group: the tensor-parallel shard, orthogonalised blockwise)."""
+    this rank (each weight [k x n] per group: the tensor-parallel shard, orthogonalised blockwise). ``qkv_rows``:
+    the fused QKV weight's Q, K and V row blocks on this rank, each orthogonalised on its own (Megatron-Core
+    ``muon_split_qkv``, on by default: TensorParallelMuon splits ``linear_qkv`` by ``_get_qkv_split_shapes``)."""
     dense = expert = 0.0
     for op in ops:
         if op.kind == GEMM and op.has_wgrad:
-            ns = op.groups * newton_schulz_s(hw, op.k, op.n, steps)
+            if op.name == "qkv" and qkv_rows and sum(qkv_rows) == op.n:
+                ns = op.groups * sum(newton_schulz_s(hw, op.k, rows, steps) for rows in qkv_rows)
+            else:
+                ns = op.groups * newton_schulz_s(hw, op.k, op.n, steps)
             if op.name in EXPERT_MATRICES:
                 expert += ns
             else:

@@ -24,7 +24,7 @@ from oracle.flops import FLOP_FORMULA, model_flops_per_token
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout, bf16_layers, placement_key
 from oracle.memory import chunk_activation_shares, offloaded_bytes_per_microbatch, project_memory, rank_param_counts
-from oracle.opgraph import GEMM, Shapes, layer_ops
+from oracle.opgraph import GEMM, Shapes, kv_heads_per_rank, layer_ops
 from oracle.optimizers import layer_newton_schulz_s, step_time_s
 from oracle.pipeline import StageCosts, get_schedule, lower_bound_s, quantized, run_schedule, run_schedule_many
 from oracle.pipeline.schedules.ilp import SEARCH_BUDGET as ILP_SEARCH_BUDGET
@@ -376,6 +376,11 @@ def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float, 
     hw, t = run.cluster.hardware, run.training
     shapes = Shapes.of(run)
     kinds, rows = _chunk_kinds(run, L)
+    m = run.model
+    qkv_rows: tuple[int, ...] = ()
+    if m.attention != "mla":  # the fused QKV weight's Q, K, V blocks on this rank (oracle.opgraph.attention_ops)
+        kv = int(kv_heads_per_rank(m, t.tp) * m.head_size)
+        qkv_rows = (m.q_width // t.tp, kv, kv)
     params = ns_dense = ns_exp = 0.0
     for c in rows[rank]:
         groups, _, _, n_mtp = kinds[c]
@@ -385,7 +390,7 @@ def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float, 
         for (kind, window), n in counts:
             ops = layer_ops(run.model, shapes, kind, window)
             params += n * sum(op.groups * op.k * op.n for op in ops if op.kind == GEMM and op.has_wgrad)
-            d, e = layer_newton_schulz_s(hw, ops, t.muon_ns_steps)
+            d, e = layer_newton_schulz_s(hw, ops, t.muon_ns_steps, qkv_rows)
             ns_dense, ns_exp = ns_dense + n * d, ns_exp + n * e
     return params, ns_dense, ns_exp
 

@@ -74,3 +74,20 @@ def test_without_the_distributed_optimizer_every_rank_orthogonalises_every_matri
 def test_muon_with_fsdp_is_refused():
     with pytest.raises(Exception, match="optimizer=muon cannot run with fsdp=true"):
         _run("llama3.1-8b", 8, optimizer="muon", fsdp=True, use_distributed_optimizer=False)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_the_fused_qkv_weight_is_orthogonalised_as_its_q_k_and_v_blocks(tp):
+    """Megatron-Core's muon_split_qkv (default on): linear_qkv's Q, K and V rows (per query group, gathered) are
+    three matrices to Newton-Schulz, not one; GQA's K and V blocks are kv_heads x head_dim rows each on a rank."""
+    run = _run("llama3.1-8b", 8, tp=tp, gbs=64)
+    hw, m = run.cluster.hardware, run.model
+    ops = layer_ops(m, Shapes.of(run), "dense")
+    qkv = next(op for op in ops if op.name == "qkv")
+    kv = max(1, m.kv_heads // tp) * m.head_size
+    rows = (m.q_width // tp, kv, kv)
+    assert sum(rows) == qkv.n
+    split, _ = layer_newton_schulz_s(hw, ops, 5, rows)
+    whole, _ = layer_newton_schulz_s(hw, ops, 5)
+    blocks = sum(newton_schulz_s(hw, qkv.k, r, 5) for r in rows)
+    assert split - whole == pytest.approx(blocks - newton_schulz_s(hw, qkv.k, qkv.n, 5))
