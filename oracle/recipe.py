@@ -375,6 +375,24 @@ def _force_balance(v: Any, given: str, out: dict[str, Any], every: dict[str, Any
     raise _Ignore("free routing: its imbalance is a property of the data; the projection keeps training.moe_imbalance")
 
 
+def _optimizer(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    # Megatron-LM --optimizer: adam | muon | dist_muon (deprecated: muon with the layer-wise distributed optimizer,
+    # arguments.py) | sgd | lion | soap | adaptive_muon; a printed config may write OptimizerType.MUON
+    name = str(v).rsplit(".", 1)[-1].strip().lower()
+    if name in ("adam", "adamw"):
+        out["optimizer"] = "adam"
+        return "training.optimizer=adam"
+    if name == "muon":
+        out["optimizer"] = "muon"
+        return "training.optimizer=muon"
+    if name == "dist_muon":
+        out["optimizer"] = "muon"
+        out.setdefault("use_distributed_optimizer", True)
+        return "training.optimizer=muon with use_distributed_optimizer (Megatron-LM's layer-wise distributed Muon)"
+    raise _Ignore(f"the {name} optimizer is not priced (adam and muon are); the step is priced as the training "
+                  "section's optimizer")
+
+
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 """Megatron-Core AttnBackend names (megatron/core/transformer/enums.py), in its enum's order after auto."""
 
@@ -570,8 +588,22 @@ SETTINGS: dict[str, Handler] = {
                          "priced steady-state step"),
     "manual_gc_interval": _ignore("see manual_gc"),
     "init_model_with_meta_device": _ignore("initialisation only"),
-    "optimizer": _set("optimizer", lambda v, k: str(v).lower()),
+    "optimizer": _optimizer,
     "muon_num_ns_steps": _set("muon_ns_steps", _int),
+    "muon_split_qkv": _same(True, "the fused QKV weight orthogonalised as its Q, K and V blocks",
+                            "orthogonalising the fused QKV weight whole is not priced"),
+    "muon_no_split_qkv": _same(False, "the fused QKV weight orthogonalised as its Q, K and V blocks",
+                               "orthogonalising the fused QKV weight whole is not priced"),
+    "muon_tp_mode": _same("blockwise", "each tensor-parallel shard orthogonalised on its own",
+                          "Newton-Schulz on gathered or distributed tensor-parallel matrices is not priced"),
+    "muon_coefficient_type": _same("quintic", "the quintic Newton-Schulz iteration",
+                                   "other Newton-Schulz coefficient sets (simple, polar_express, ...) are not priced"),
+    "muon_scalar_optimizer": _same("adam", "embeddings, norms and biases on AdamW",
+                                   "Lion for the scalar parameters is not priced"),
+    "muon_momentum": _ignore("a coefficient: no cost"), "muon_nesterov": _ignore("a coefficient: no cost"),
+    "muon_scale_mode": _ignore("the update's scale: no cost"),
+    "muon_extra_scale_factor": _ignore("the update's scale: no cost"),
+    "muon_fp32_matmul_prec": _ignore("the Newton-Schulz GEMMs are priced at the BF16 rate whatever it says"),
 }
 """Canonical setting name -> how it is read (see the module docstring)."""
 

@@ -85,3 +85,17 @@ def test_check_names_reports_what_no_framework_knows():
     assert not check_names(["x"], aliases={"x": ("delay_wgrad_compute", "no_such_setting")}).known
     values = check_names({"cuda_graph_impl": "full_iteration", "fp8_format": {"e4m3", "e5m2"}})
     assert values.bad_values == {"fp8_format": ("e5m2", ("e4m3", "hybrid"))}
+
+
+OUR_SHORTHANDS = {"tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len", "loss_fusion",
+                  "moe_paged_stash_buffer_factor", *RECIPE_SHORTHANDS, "cutedsl_fused_grouped_mlp"}
+"""Names oracle.recipe reads that are this project's (training keys) or the recipe column's shorthands."""
+
+
+def test_every_setting_oracle_recipe_reads_is_a_framework_name_or_a_listed_shorthand():
+    """A setting added to the recipe table under a misspelt or invented name would never match a real recipe."""
+    from oracle.recipe import SETTINGS
+    report = check_names(sorted(SETTINGS))
+    assert set(report.unknown) <= OUR_SHORTHANDS, sorted(set(report.unknown) - OUR_SHORTHANDS)
+    for name in ("attention_backend", "muon_split_qkv", "muon_tp_mode", "optimizer"):
+        assert report.known[name], name

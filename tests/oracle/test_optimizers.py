@@ -91,3 +91,20 @@ def test_the_fused_qkv_weight_is_orthogonalised_as_its_q_k_and_v_blocks(tp):
     whole, _ = layer_newton_schulz_s(hw, ops, 5)
     blocks = sum(newton_schulz_s(hw, qkv.k, r, 5) for r in rows)
     assert split - whole == pytest.approx(blocks - newton_schulz_s(hw, qkv.k, qkv.n, 5))
+
+
+@pytest.mark.parametrize("given, training, ignored", [
+    ("optimizer=dist_muon", {"optimizer": "muon", "use_distributed_optimizer": True}, []),
+    ("optimizer=OptimizerType.MUON;muon_split_qkv=true;muon_tp_mode=blockwise", {"optimizer": "muon"}, []),
+    ("optimizer=muon;muon_tp_mode=duplicated;muon_momentum=0.95", {"optimizer": "muon"},
+     ["muon_tp_mode", "muon_momentum"]),
+    ("optimizer=lion", {}, ["optimizer"]),
+    ("optimizer=AdamW", {"optimizer": "adam"}, []),
+])
+def test_a_recipe_names_its_optimizer_as_megatron_lm_does(given, training, ignored):
+    """--optimizer dist_muon is Muon with the layer-wise distributed optimizer (Megatron-LM arguments.py); an
+    optimizer or a Muon mode this projection does not price is listed as ignored, never taken silently."""
+    from oracle.recipe import read_recipe
+    r = read_recipe(given)
+    assert r.training == training
+    assert [e.key for e in r.ignored] == ignored
