@@ -603,6 +603,11 @@ SETTINGS: dict[str, Handler] = {
     "muon_momentum": _ignore("a coefficient: no cost"), "muon_nesterov": _ignore("a coefficient: no cost"),
     "muon_scale_mode": _ignore("the update's scale: no cost"),
     "muon_extra_scale_factor": _ignore("the update's scale: no cost"),
+    "qk_clip": _ignore("QK-Clip (MuonClip) rescales the query/key weights once per step from the max attention logit "
+                       "each fused-attention forward reduces: a few small kernels and one host check per layer per "
+                       "step, under 0.1% of a step, not priced"),
+    "qk_clip_alpha": _ignore("see qk_clip"), "qk_clip_threshold": _ignore("see qk_clip"),
+    "log_max_attention_logit": _ignore("a logged statistic (see qk_clip): not priced"),
     "muon_fp32_matmul_prec": _ignore("the Newton-Schulz GEMMs are priced at the BF16 rate whatever it says"),
 }
 """Canonical setting name -> how it is read (see the module docstring)."""
