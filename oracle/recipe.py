@@ -294,11 +294,14 @@ def _dispatcher_type(v: Any, given: str, out: dict[str, Any], every: dict[str, A
         out["moe_a2a_backend"] = "alltoall"
         return "training.moe_a2a_backend=alltoall"
     if kind == "flex":
-        backend = str(every.get("moe_flex_dispatcher_backend",
-                                "deepep" if every.get("moe_enable_deepep") else "")).lower()
+        # Megatron-Core TransformerConfig.moe_flex_dispatcher_backend defaults to deepep
+        backend = str(every.get("moe_flex_dispatcher_backend", "deepep")).lower()
+        if backend == "ncclep":
+            raise _Ignore("the flex dispatcher's NCCL-EP backend is not priced: the dispatcher is priced as the "
+                          "training section's moe_a2a_backend")
         if backend not in ("deepep", "hybridep"):
-            raise InvalidConfigError(f"recipe {given}=flex needs moe_flex_dispatcher_backend deepep or hybridep, "
-                                     f"got {backend or '(unset)'}")
+            raise InvalidConfigError(f"recipe {given}=flex: moe_flex_dispatcher_backend={backend!r} is not one of "
+                                     "deepep, hybridep, ncclep")
         out["moe_a2a_backend"] = backend
         return f"training.moe_a2a_backend={backend}"
     if kind == "allgather":
@@ -723,8 +726,10 @@ def split_megatron_args(text: str) -> list[tuple[str, Any]]:
     return out
 
 
-def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str) -> RecipeReading:
-    """Read a recipe (pairs, a mapping or a ``key=value;...`` string) onto TrainingConfig keys."""
+def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str, *, lenient: bool = False) -> RecipeReading:
+    """Read a recipe (pairs, a mapping or a ``key=value;...`` string) onto TrainingConfig keys. A value a setting
+    cannot take is an InvalidConfigError naming it; ``lenient`` (a published row's cell, which nobody here can
+    correct) lists that setting as ignored with the same message instead and reads the others."""
     if isinstance(items, str):
         items = split_recipe(items)
     elif isinstance(items, Mapping):
@@ -754,11 +759,18 @@ def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str) -> Recip
         if handler is None:
             entries.append(RecipeEntry(key, val, IGNORED, "not a setting this projection knows"))
             continue
+        before = dict(out) if lenient else out
         try:
             why = handler(val, key, out, every)
             entries.append(RecipeEntry(key, val, PRICED, why))
         except _Ignore as exc:
             entries.append(RecipeEntry(key, val, IGNORED, str(exc)))
+        except InvalidConfigError as exc:
+            if not lenient:
+                raise
+            out.clear()
+            out.update(before)  # nothing of the unreadable setting is kept
+            entries.append(RecipeEntry(key, val, IGNORED, f"a value this projection cannot read: {exc}"))
     return RecipeReading(training=out, entries=tuple(entries))
 
 

@@ -530,8 +530,8 @@ def _published_recipe(training: dict[str, Any], row: dict[str, str]) -> tuple[li
     if not text:
         return [], {}
     try:
-        reading = read_recipe(text)
-    except InvalidConfigError as exc:
+        reading = read_recipe(text, lenient=True)  # a setting it cannot read is listed as ignored, the rest priced
+    except InvalidConfigError as exc:  # the cell itself (its key=value;... form) unreadable
         raise InvalidConfigError(f"recipe cell: {exc}") from None
     entries = list(reading.entries)
     took: dict[str, Any] = {}

@@ -167,3 +167,15 @@ def test_megatron_args_read_back_to_the_same_training(training) -> None:
     for key in RECIPE_TRAINING_KEYS:
         if key in training:
             assert back.get(key) == training[key], key
+
+
+def test_a_published_cell_with_an_unreadable_value_keeps_its_other_settings() -> None:
+    """A user's recipe with a value no setting takes is an error naming it; a published row's cell (validate reads
+    it leniently) lists that setting as ignored with the same message and prices the rest."""
+    text = "fp8_recipe=bogus;moe_token_dispatcher_type=flex;moe_flex_dispatcher_backend=hybridep"
+    with pytest.raises(InvalidConfigError, match="bogus"):
+        read_recipe(text)
+    r = read_recipe(text, lenient=True)
+    assert r.training == {"moe_a2a_backend": "hybridep"}
+    bad = [e for e in r.ignored if e.key == "fp8_recipe"]
+    assert bad and "bogus" in bad[0].why and bad[0].why.startswith("a value this projection cannot read")
