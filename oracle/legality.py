@@ -346,7 +346,8 @@ def _capacity_problems(run: RunConfig) -> list[str]:
 
 def _framework_problems(run: RunConfig) -> list[str]:
     """What TorchTitan cannot run (its job config, torchtitan/config/job_config.py), and torch_compile
-    outside it."""
+    outside it. TorchTitan 0.3 runs NVFP4 (NVFP4LinearConverter, torchao's nvfp4_training kernels) and the DeepEP and
+    HybridEP token dispatchers (models/common/token_dispatcher.py; in training host-synced, as Megatron's)."""
     t = run.training
     if t.framework != "torchtitan":
         return ["torch_compile=true needs framework=torchtitan (Megatron-LM fuses with Transformer Engine "
@@ -358,8 +359,6 @@ def _framework_problems(run: RunConfig) -> list[str]:
                  "its default) or use_distributed_optimizer=false (DDP)")
     unsupported = [("recompute_modules", t.recompute_modules is not None, "its selective checkpointing is op-level "
                     "(recompute=selective), not per Megatron module"),
-                   ("precision=nvfp4", t.precision == "nvfp4", "its low-precision converters are float8 and MXFP8"),
-                   ("moe_a2a_backend=deepep", t.moe_a2a_backend == "deepep", "it dispatches with NCCL all-to-all"),
                    ("moe_sync_free=true", t.moe_sync_free, "sync-free MoE is Primus-Turbo's"),
                    ("moe_a2a_overlap=true", t.moe_a2a_overlap, "it has no merged forward/backward all-to-all"),
                    ("moe_expert_capacity_factor", t.moe_expert_capacity_factor is not None,

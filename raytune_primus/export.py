@@ -353,9 +353,10 @@ def _torchtitan(run: RunConfig) -> Export:
         if not getattr(t, key):
             unsup.append((key, False, "FSDP2/DDP in TorchTitan always overlap; it cannot be turned off"))
     done.update(("moe_a2a_backend", "moe_sync_free", "loss_fusion"))
-    if run.model.is_moe and t.moe_a2a_backend == "deepep":
-        unsup.append(("moe_a2a_backend", "deepep", "TorchTitan 0.3 picks the token dispatcher in the model's config "
-                                                   "function (e.g. --config qwen3_moe_deepep), no command-line key"))
+    if run.model.is_moe and t.moe_a2a_backend in ("deepep", "hybridep"):
+        unsup.append(("moe_a2a_backend", t.moe_a2a_backend,
+                      f"TorchTitan 0.3 picks the token dispatcher in the model's config function (moe_comm_backend="
+                      f"'{t.moe_a2a_backend}', e.g. --config qwen3_moe_deepep), no command-line key"))
     if run.model.is_moe and t.moe_sync_free:
         unsup.append(("moe_sync_free", True, "sync-free MoE is Primus-Turbo's"))
     done.add("moe_a2a_overlap")

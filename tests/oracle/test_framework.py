@@ -143,6 +143,23 @@ def test_what_torchtitan_cannot_run_is_one_line_naming_it(training, needle):
     assert any(needle in line for line in exc.value.problems), exc.value.problems
 
 
+@pytest.mark.parametrize("model, hardware, training", [
+    ("qwen3-30b-a3b", "b200", {"ep": 8, "moe_a2a_backend": "deepep"}),
+    ("qwen3-30b-a3b", "gb200-nvl72", {"ep": 8, "moe_a2a_backend": "hybridep"}),
+    ("llama3.1-8b", "b200", {"precision": "nvfp4"}),
+])
+def test_torchtitan_03_runs_deepep_hybridep_and_nvfp4(model, hardware, training):
+    """TorchTitan 0.3 has DeepEP / HybridEP token dispatchers and an NVFP4 converter: projected, not refused; the
+    export says they are chosen in the model's config function."""
+    from oracle.projector import project
+    from raytune_primus.export import export_run
+    run = RunConfig.from_dict({"model": model, "cluster": {"hardware": hardware, "num_gpus": 16},
+                               "training": {"seq_len": 4096, "gbs": 128, "framework": "torchtitan", **training}})
+    assert project(run, memory_tree=False).tokens_per_s_per_gpu > 0
+    text = export_run(run, "torchtitan")
+    assert "model's config function" in text
+
+
 def test_torchtitan_without_sequence_parallelism_is_legal():
     """TorchTitan 0.3 turns sequence parallelism off with --parallelism.no_enable_sequence_parallel."""
     assert not _run(n=16, framework="torchtitan", tp=2, sequence_parallel=False).training.sp
