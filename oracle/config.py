@@ -269,6 +269,14 @@ class TrainingConfig:
         return self.recompute == "selective" and self.framework == "torchtitan"
 
     @property
+    def fsdp_keeps_unsharded(self) -> bool:
+        """FSDP keeps each stage's parameters unsharded from the first micro-batch's forward to the step, gathered once
+        per step and reduce-scattered once: TorchTitan's default reshard policy under pipeline parallelism
+        (``get_fsdp_reshard_after_forward_policy``: 'default' = not pp_enabled, "to avoid per-microbatch
+        all-gathers"), with the unsharded gradients accumulated in the reduce dtype across the micro-batches."""
+        return self.fsdp and self.framework == "torchtitan" and self.pp > 1
+
+    @property
     def moe_load(self) -> float:
         """Busiest expert's (token, expert) pairs over the mean share: the imbalance when dropless, capped
         at the capacity factor when tokens drop, exactly the factor when padded to capacity."""

@@ -472,7 +472,8 @@ def _run_values(run: RunConfig, s: Shape, assumptions: MemoryAssumptions
     grad_b = BYTES_GRAD if t.grad_reduce_in_fp32 else BYTES_GRAD_BF16
     fp8_copy = 1.0 + (1.0 / 32 if t.fp8_recipe == "mxfp8" else 0.0)  # an FP8 weight copy (+ MXFP8's scale per 32)
     name, coef, per = "", 0.0, 0
-    if t.fsdp:
+    shards = t.fsdp and not t.fsdp_keeps_unsharded  # held sharded between uses (else whole for the step)
+    if shards:
         per = assumptions.fsdp_prefetch_units * BYTES_WEIGHT
         per += grad_b if assumptions.fsdp_unsharded_grad else 0
         name = "fsdp_unsharded_units"
@@ -489,7 +490,7 @@ def _run_values(run: RunConfig, s: Shape, assumptions: MemoryAssumptions
     common = _moe_buffers(run, s, lay, assumptions)
     values = (emb_if, lay.dp * t.cp,  # non-expert optimizer/FSDP shard group: dp x cp
               lay.edp,  # expert params: expert data parallel
-              grad_b, t.fsdp, t.fsdp or t.use_distributed_optimizer, t.fp8_param_gather, coef, per,
+              grad_b, shards, t.fsdp or t.use_distributed_optimizer, t.fp8_param_gather, coef, per,
               s.seq_tokens, card.hidden_size, common[0][1] if common else 0.0, bool(common))
     return f_closed, _RunValues(*values, bool(name), name, common[0][0] if common else "")
 

@@ -299,15 +299,20 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     extra_exposed = 0.0
     if t.fsdp:
         # ZeRO-3: per micro-batch all-gather of each layer's bf16 weights (fwd and again in bwd),
-        # reduce-scatter of fp32 grads once; overlap = min(1, compute/comm) x ceiling (paper App. B.4)
+        # reduce-scatter of fp32 grads once; overlap = min(1, compute/comm) x ceiling (paper App. B.4). TorchTitan
+        # under pipeline parallelism keeps the weights unsharded for the step (fsdp_keeps_unsharded): one gather
         ag = comm.cost("all_gather", L.group("dp_cp"), BF16 * dense_p) if dp_cp > 1 else None
         ag_e = comm.cost("all_gather", L.group("edp"), BF16 * expert_p) if expert_p and L.edp > 1 else None
         ag_t = (ag.time_s if ag else 0.0) + (ag_e.time_s if ag_e else 0.0)
         ceil_b = FSDP_CEIL_RECOMPUTE_AG if t.recompute == "full" else FSDP_CEIL_AG
         ov_f = min(1.0, first_mb_fwd / ag_t) * FSDP_CEIL_AG if ag_t else 1.0
         ov_b = min(1.0, last_mb_bwd / ag_t) * ceil_b if ag_t else 1.0
-        fsdp_ag_total = mb * 2 * ag_t
-        fsdp_ag_exposed = mb * ag_t * ((1 - ov_f) + (1 - ov_b))
+        if t.fsdp_keeps_unsharded:  # gathered once in the first micro-batch's forward, kept for the step
+            fsdp_ag_total = ag_t
+            fsdp_ag_exposed = ag_t * (1 - ov_f)
+        else:
+            fsdp_ag_total = mb * 2 * ag_t
+            fsdp_ag_exposed = mb * ag_t * ((1 - ov_f) + (1 - ov_b))
         terms.append(CommTerm(kind="fsdp_ag", total_s=fsdp_ag_total, exposed_s=fsdp_ag_exposed,
                               algorithm=ag.algorithm if ag else ""))
         extra_exposed += fsdp_ag_exposed

@@ -233,3 +233,26 @@ def test_op_level_checkpointing_is_priced_whichever_framework_was_projected_firs
     alone = fresh(titan)
     assert fresh(megatron, titan) == alone
     assert fresh(titan, megatron) == fresh(megatron)
+
+
+def test_torchtitan_fsdp_under_pipeline_parallelism_gathers_once_and_keeps_the_stage_unsharded():
+    """TorchTitan's default reshard policy under PP (get_fsdp_reshard_after_forward_policy: not pp_enabled): the
+    weights are gathered once per step and kept, the gradients accumulated unsharded in the fp32 reduce dtype; without
+    PP every micro-batch gathers in forward and again in backward. Megatron-FSDP is unchanged."""
+    from oracle.memory import project_memory, rank_param_counts
+    from oracle.projector import project
+    kw = dict(framework="torchtitan", tp=2, pp=2, mbs=1, gbs=64, recompute="full")
+    run = _run("llama3.1-8b", n=16, **kw)
+    assert run.training.fsdp_keeps_unsharded
+    proj = project(run, memory_tree=False)
+    ag = next(c for c in proj.breakdown.comm if c.kind == "fsdp_ag")
+    # the same stage's gather, as the per-micro-batch rule would count it: 16 micro-batches (dp 4, MBS 1), twice each
+    no_pp = next(c for c in project(_run("llama3.1-8b", n=16, **{**kw, "pp": 1}), memory_tree=False).breakdown.comm
+                 if c.kind == "fsdp_ag")
+    assert ag.exposed_s <= ag.total_s and no_pp.total_s > 16 * ag.total_s
+    dense, _ = rank_param_counts(run, 0)
+    stage = max(project_memory(run, trees="none").stages, key=lambda s: s.total_bytes)
+    assert stage.params_bytes >= 2 * dense * 0.999 and stage.grads_bytes >= 4 * dense * 0.999  # whole, not / dp
+    megatron = _run("llama3.1-8b", n=16, tp=2, pp=2, mbs=1, gbs=64, recompute="full", fsdp=True,
+                    use_distributed_optimizer=False)
+    assert not megatron.training.fsdp_keeps_unsharded
