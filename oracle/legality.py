@@ -283,7 +283,7 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
                      f"the {m.num_layers} layers of {m.name}")
     if t.muon_ns_steps < 1:
         p.append(f"muon_ns_steps={t.muon_ns_steps} must be >= 1")
-    if t.optimizer == "muon" and t.fsdp:
+    if t.optimizer == "muon" and t.fsdp and t.framework == "megatron":
         # Megatron-LM validate_args: "Emerging optimizer does not support Torch-FSDP2 / Megatron-FSDP for now"
         p.append("optimizer=muon cannot run with fsdp=true (Megatron-LM's emerging optimizers support neither "
                  "Torch-FSDP2 nor Megatron-FSDP); use use_distributed_optimizer=true, its layer-wise sharding")

@@ -358,10 +358,11 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
     if t.optimizer == "muon":
         matrices, ns_dense, ns_exp = _rank_matrices(run, L, crit)
         share = min(1.0, matrices / max(1.0, dense_p + expert_p))
-        # the layer-wise distributed optimizer (Megatron-LM: --optimizer muon with --use-distributed-optimizer) deals
-        # whole matrices over the ranks that hold copies of them, dense over dp x cp and experts over edp; without
-        # it every rank orthogonalises every matrix it holds
-        layer_wise = t.use_distributed_optimizer
+        # the layer-wise distributed optimizer (Megatron-LM: --optimizer muon with --use-distributed-optimizer;
+        # TorchTitan: DistMuon over FSDP, distributed/flex_shard/dist_muon.py, complete matrices per rank) deals whole
+        # matrices over the ranks that hold copies of them, dense over dp x cp and experts over edp; without it every
+        # rank orthogonalises every matrix it holds
+        layer_wise = t.use_distributed_optimizer or (t.fsdp and t.framework == "torchtitan")
         ns_s = ns_dense / max(1, dp_cp) + ns_exp / max(1, L.edp) if layer_wise else ns_dense + ns_exp
         optimizer_s = step_time_s(run, shard_dense + shard_exp, share, ns_s)
     else:

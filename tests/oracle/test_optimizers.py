@@ -71,9 +71,15 @@ def test_without_the_distributed_optimizer_every_rank_orthogonalises_every_matri
     assert every > 4 * dealt  # 8 data-parallel ranks share the GEMMs in the first, none in the second
 
 
-def test_muon_with_fsdp_is_refused():
+def test_muon_with_fsdp_is_refused_under_megatron_and_dealt_over_fsdp_under_torchtitan():
+    """Megatron-LM's emerging optimizers refuse FSDP; TorchTitan's DistMuon runs over FSDP2, each rank
+    orthogonalising the complete matrices it owns (distributed/flex_shard/dist_muon.py)."""
     with pytest.raises(Exception, match="optimizer=muon cannot run with fsdp=true"):
         _run("llama3.1-8b", 8, optimizer="muon", fsdp=True, use_distributed_optimizer=False)
+    tt = {"framework": "torchtitan", "optimizer": "muon", "tp": 2, "gbs": 64}
+    small = project(_run("llama3.1-8b", 8, **tt), memory_tree=False).breakdown.optimizer_s
+    big = project(_run("llama3.1-8b", 16, **tt), memory_tree=False).breakdown.optimizer_s
+    assert big == pytest.approx(small / 2, rel=0.05)
 
 
 @pytest.mark.parametrize("tp", [1, 2, 8])
