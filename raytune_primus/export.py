@@ -362,6 +362,11 @@ def _torchtitan(run: RunConfig) -> Export:
     done.add("moe_a2a_overlap")
     if t.moe_a2a_overlap:
         unsup.append(("moe_a2a_overlap", True, "TorchTitan has no merged forward/backward all-to-all overlap"))
+    done.update(("optimizer", "muon_ns_steps"))
+    if t.optimizer == "muon":
+        unsup.append(("optimizer", "muon", "TorchTitan 0.3 sets optimizers per parameter group in the config function "
+                                           "(optimizer.param_groups: optimizer_name='DistMuon' for the 2-D weights, "
+                                           "AdamW for the rest), no command-line key"))
     done.update(("cuda_graph_impl", "cuda_graph_scope"))
     if "full_iteration" in t.cuda_graph_scope and t.pp == 1:
         pass  # TorchTitan 0.3 captures the whole forward+backward step by default
