@@ -528,6 +528,12 @@ def bundled_hardware() -> list[str]:
     return _REGISTRY.names()
 
 
+def bundled_hardware_name(name: str) -> str | None:
+    """The bundled profile a loose spelling names (case, punctuation, aliases: ``H100``), or None; reads no profile
+    (the aliases only)."""
+    return _REGISTRY.resolve(name)
+
+
 def load_hardware(name_or_path: str) -> HardwareProfile:
     """A bundled profile by name, or a profile YAML by path."""
     return _REGISTRY.load(name_or_path)

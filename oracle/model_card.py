@@ -427,6 +427,12 @@ def is_bundled_model(name: str) -> bool:
     return _REGISTRY.bundled(name) is not None or name in _REGISTRY.names()
 
 
+def bundled_model_name(name: str) -> str | None:
+    """The bundled card a loose spelling names (case, punctuation, aliases: ``Meta-Llama-3.1-70B``), or None; reads
+    no card (the aliases only)."""
+    return _REGISTRY.resolve(name)
+
+
 def load_model(name_or_path: str) -> ModelCard:
     """A bundled card by name, a card YAML by path, or a Hugging Face config.json by path."""
     return _REGISTRY.load(name_or_path)

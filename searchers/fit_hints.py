@@ -107,15 +107,22 @@ def fit_hints(run: RunConfig, limit: int = MAX_HINTS) -> tuple[list[FitHint], in
 
 
 def _ref(ref: str, placeholder: str) -> str:
-    """``ref`` as a command line takes it: a bundled name or an existing file, quoted where it needs it; else (an
-    inline card in a config) the placeholder of the file to write it to."""
+    """``ref`` as a command line takes it: a bundled name or an existing file, quoted where it needs it; a loose
+    spelling of a bundled one (``H100``, ``Meta-Llama-3.1-70B``) as that bundled name; else (an inline card in a
+    config) the placeholder of the file to write it to."""
     from pathlib import Path
 
-    from oracle.hardware import bundled_hardware
-    from oracle.model_card import is_bundled_model
+    from oracle.errors import PrimusError
+    from oracle.hardware import bundled_hardware, bundled_hardware_name
+    from oracle.model_card import bundled_model_name, is_bundled_model
     if ref in bundled_hardware() or is_bundled_model(ref) or Path(ref).is_file():
         return shlex.quote(ref)
-    return placeholder
+    resolve = bundled_model_name if placeholder == "CARD.yaml" else bundled_hardware_name
+    try:
+        name = resolve(ref)
+    except PrimusError:  # ambiguous: the placeholder, as for an inline one
+        name = None
+    return shlex.quote(name) if name else placeholder
 
 
 def hints_text(run: RunConfig, hints: list[FitHint], n_fit: int, tried: int) -> str:

@@ -35,3 +35,12 @@ def test_the_search_command_names_files_a_command_line_takes():
                                   "training": {"seq_len": 8192, "gbs": 64}})
     text = hints_text(inline, [], 0, 6)
     assert "--model CARD.yaml --hardware h100-sxm" in text and "inline card or profile written to that file" in text
+
+
+def test_a_loose_spelling_of_a_bundled_card_or_part_is_written_as_its_bundled_name():
+    """``--model Meta-Llama-3.1-70B --hardware H100`` load the bundled llama3.1-70b and h100-sxm: the suggested search
+    names them so (not the CARD.yaml / PROFILE.yaml placeholders of an inline card), reading no other card."""
+    run = RunConfig.from_dict({"model": "Meta-Llama-3.1-70B", "cluster": {"hardware": "H100", "num_gpus": 8},
+                               "training": {"seq_len": 8192, "gbs": 64}})
+    text = hints_text(run, [], 0, 6)
+    assert "--model llama3.1-70b --hardware h100-sxm" in text and "CARD.yaml" not in text
