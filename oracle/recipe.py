@@ -378,10 +378,16 @@ def _force_balance(v: Any, given: str, out: dict[str, Any], every: dict[str, Any
     raise _Ignore("free routing: its imbalance is a property of the data; the projection keeps training.moe_imbalance")
 
 
+def _enum_name(v: Any) -> str:
+    """A choice as the command line names it: ``AttnBackend.unfused`` (an enum as a printed config writes it),
+    `` Unfused `` and ``unfused`` are all ``unfused``."""
+    return str(v).rsplit(".", 1)[-1].strip().lower()
+
+
 def _optimizer(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
     # Megatron-LM --optimizer: adam | muon | dist_muon (deprecated: muon with the layer-wise distributed optimizer,
     # arguments.py) | sgd | lion | soap | adaptive_muon; a printed config may write OptimizerType.MUON
-    name = str(v).rsplit(".", 1)[-1].strip().lower()
+    name = _enum_name(v)
     if name in ("adam", "adamw"):
         out["optimizer"] = "adam"
         return "training.optimizer=adam"
@@ -402,7 +408,7 @@ ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 
 def _attention_backend(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
     # AttnBackend.unfused (a printed config), unfused (the command line), None (Megatron-Bridge's unset: auto)
-    name = "auto" if v is None else str(v).rsplit(".", 1)[-1].strip().lower()
+    name = "auto" if v is None else _enum_name(v)
     if name not in ATTENTION_BACKENDS:
         raise InvalidConfigError(f"recipe {given}={v!r}: valid attention backends are {', '.join(ATTENTION_BACKENDS)}")
     out["attention_backend"] = name

@@ -11,12 +11,16 @@ training."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from oracle.config import RunConfig, TrainingConfig
 from oracle.errors import PrimusError
+from oracle.hardware import bundled_hardware, bundled_hardware_name
 from oracle.legality import check as legality_check
+from oracle.model_card import bundled_model_name, is_bundled_model
 from oracle.units import GIB
 from searchers.space import SearchSpace
 
@@ -106,18 +110,12 @@ def fit_hints(run: RunConfig, limit: int = MAX_HINTS) -> tuple[list[FitHint], in
     return hints[:limit], len(hints), tried
 
 
-def _ref(ref: str, placeholder: str) -> str:
+def _ref(ref: str, placeholder: str, resolve: Callable[[str], str | None]) -> str:
     """``ref`` as a command line takes it: a bundled name or an existing file, quoted where it needs it; a loose
-    spelling of a bundled one (``H100``, ``Meta-Llama-3.1-70B``) as that bundled name; else (an inline card in a
-    config) the placeholder of the file to write it to."""
-    from pathlib import Path
-
-    from oracle.errors import PrimusError
-    from oracle.hardware import bundled_hardware, bundled_hardware_name
-    from oracle.model_card import bundled_model_name, is_bundled_model
+    spelling of a bundled one (``H100``, ``Meta-Llama-3.1-70B``) as the bundled name ``resolve`` gives; else (an
+    inline card in a config) the placeholder of the file to write it to."""
     if ref in bundled_hardware() or is_bundled_model(ref) or Path(ref).is_file():
         return shlex.quote(ref)
-    resolve = bundled_model_name if placeholder == "CARD.yaml" else bundled_hardware_name
     try:
         name = resolve(ref)
     except PrimusError:  # ambiguous: the placeholder, as for an inline one
@@ -128,8 +126,8 @@ def _ref(ref: str, placeholder: str) -> str:
 def hints_text(run: RunConfig, hints: list[FitHint], n_fit: int, tried: int) -> str:
     """The lines ``project`` prints under a run that does not fit."""
     t, c = run.training, run.cluster
-    model = _ref(run.model_ref or run.model.name, "CARD.yaml")
-    hardware = _ref(run.hardware_ref or c.hardware.name, "PROFILE.yaml")
+    model = _ref(run.model_ref or run.model.name, "CARD.yaml", bundled_model_name)
+    hardware = _ref(run.hardware_ref or c.hardware.name, "PROFILE.yaml", bundled_hardware_name)
     tune = (f"raytune-primus tune --model {model} --hardware {hardware} --num-gpus {c.num_gpus} "
             f"--seq-len {t.seq_len} --gbs {t.gbs}" + (f" --precision {t.precision}" if t.precision != "bf16" else ""))
     if "CARD.yaml" in tune or "PROFILE.yaml" in tune:
