@@ -211,7 +211,10 @@ def attention_params_per_gpu(card: ModelCard, tp: int) -> float:
         else:
             split += h * card.q_width
         return rep + split / tp
-    qkv_out = card.q_width / tp + 2 * kv_heads_per_rank(card, tp) * card.head_size
+    # the fused QKV weight split over TP; with fewer KV heads than ranks Megatron-Core splits it evenly too (the
+    # ranks gather its output, oracle.opgraph.qkv_gather_bytes), no head replicated
+    qkv_out = card.q_width / tp + 2 * kv_heads_per_rank(card, tp) * card.head_size if card.kv_heads >= tp else (
+        card.q_width + 2 * card.kv_heads * card.head_size) / tp
     p = h * qkv_out + card.attn_out_width / tp * h
     if card.linear_bias or card.qkv_bias:
         p += qkv_out

@@ -23,7 +23,7 @@ from oracle.cuda_graphs import GRAPH_REPLAY_HOST_OPS, captured_blocks, replays_p
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
 from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, UNFUSED_SOFTMAX, Op, Shapes, embedding_ops, layer_ops,
-                            moe_pairs, output_ops)
+                            moe_pairs, output_ops, qkv_gather_bytes)
 
 BF16 = 2
 FP32 = 4
@@ -456,6 +456,13 @@ class LayerModel:
             tpm = self._tp_comm(tp_bytes, 1, o.mlp_f, o.mlp_b)
             tp = CommPart(tp.f_total_s + tpm.f_total_s, tp.f_exposed_s + tpm.f_exposed_s, tp.b_total_s + tpm.b_total_s,
                           tp.b_exposed_s + tpm.b_exposed_s, tp.algorithm or tpm.algorithm)
+        if gathered := qkv_gather_bytes(m, self.shapes):
+            # fewer KV heads than TP ranks: the QKV output gathered over TP (its backward reduce-scatter), outside
+            # the overlapped GEMM pairs: exposed
+            ag = self._coll("all_gather", "tp", gathered)
+            rs = self._coll("reduce_scatter", "tp", gathered)
+            tp = CommPart(tp.f_total_s + ag.time_s, tp.f_exposed_s + ag.time_s, tp.b_total_s + rs.time_s,
+                          tp.b_exposed_s + rs.time_s, tp.algorithm or ag.algorithm)
         comm: dict[str, CommPart] = {"tp": tp}
         if t.cp > 1:
             att = o.attention

@@ -371,6 +371,11 @@ def _framework_problems(run: RunConfig) -> list[str]:
     for what, bad, why in unsupported:
         if bad:
             p.append(f"{what} with framework=torchtitan: {why}")
+    m = run.model
+    if m.attention != "mla" and t.tp > 1 and m.kv_heads % t.tp:
+        # TorchTitan's decoder checks tp | n_kv_heads (models/common/decoder.py): its wk / wv shard whole heads
+        p.append(f"tp={t.tp} with framework=torchtitan must divide the {m.kv_heads} KV heads of {m.name} (TorchTitan "
+                 f"shards whole heads; Megatron-LM gathers the fused QKV output instead)")
     return p
 
 

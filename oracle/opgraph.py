@@ -291,6 +291,17 @@ def kv_heads_per_rank(card, tp: int) -> float:
     return g / tp if g >= tp else 1.0
 
 
+def qkv_gather_bytes(card, s: Shapes) -> float:
+    """Bytes of the fused QKV output Megatron-Core all-gathers over TP in every layer when the model has fewer
+    query groups than TP ranks (its backward reduce-scatters them): the QKV linear is split evenly over TP, so a
+    rank's output columns do not hold whole heads, and each rank gathers the whole output and slices out its group
+    (``SelfAttention.get_query_key_value_tensors``, Megatron-Core 0.19); 0 otherwise (TorchTitan refuses the
+    layout, MLA has no fused QKV)."""
+    if card.attention == "mla" or card.kv_heads >= s.tp or s.framework != "megatron":
+        return 0.0
+    return BF16 * s.T * (card.q_width + 2 * card.kv_heads * card.head_size)
+
+
 def _dropout_mask(s: Shapes, hidden: int) -> tuple[Saved, ...]:
     # bias-dropout-add keeps only the dropout mask (K22 "dropout mask: sbh"); the add saves nothing
     return (Saved("dropout_mask", s.T_sp * hidden * MASK),) if s.dropout else ()
@@ -431,7 +442,9 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
         qkv_n = (card.q_width + 2 * card.kv_heads * card.head_size) // tp
         ops.append(Op(name="qkv", kind=GEMM, m=T, n=qkv_n, k=H, dtype=dt, host_ops=2, saved=qkv_in))
         d_qk = d_v = card.head_size
-        qk_elems = T * (card.q_width + card.kv_heads * d_qk) / tp
+        # q/k norms over the heads a rank attends with: with fewer KV heads than TP ranks, one K head each
+        qk_elems = T * (card.q_width + card.kv_heads * d_qk) / tp if card.kv_heads >= tp else T * (
+            card.q_width / tp + d_qk)
         in_elems = T * H
         q_w = ctx_w = a_r * d_qk
         k_w = v_w = kv_heads_per_rank(card, tp) * d_qk
