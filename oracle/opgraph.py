@@ -460,8 +460,10 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
         extra = tuple(Saved(f"{x.name}_fp32", x.bytes / BF16 * EAGER_RMSNORM_SAVED_EXTRA) for x in qk_norm_saved)
         ops.append(Op(name="qk_norm", kind=MEMORY, bytes_f=nb, kernels=2 * nk, host_ops=2 * nk,
                       saved=qk_norm_saved + (extra if s.eager else ())))
-    rope_b = EAGER_ROPE_BYTES * qk_elems if s.eager else BF16 * 2 * qk_elems
-    ops.append(Op(name="rope", kind=MEMORY, bytes_f=rope_b, kernels=6 if s.eager else 1, host_ops=8 if s.eager else 2))
+    if card.position_embedding == "rope" or card.attention == "mla":  # learned / no positions: no rotary kernel
+        rope_b = EAGER_ROPE_BYTES * qk_elems if s.eager else BF16 * 2 * qk_elems
+        ops.append(Op(name="rope", kind=MEMORY, bytes_f=rope_b, kernels=6 if s.eager else 1,
+                      host_ops=8 if s.eager else 2))
     unfused = s.unfused_attention
     if (titan or unfused) and card.attention != "mla" and k_w < q_w:
         # torchtitan repeat_kv, Transformer Engine's UnfusedDotProductAttention repeat_interleave: GQA K and V
