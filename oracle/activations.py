@@ -27,7 +27,7 @@ from functools import lru_cache
 from oracle.config import RunConfig
 from oracle.dataclass_copy import HashedOnce, replace_fast
 from oracle.errors import InvalidConfigError
-from oracle.model_card import ModelCard
+from oracle.model_card import LAYER_KINDS, MOE_KINDS, ModelCard
 from oracle.opgraph import (ATTENTION, BF16, DEFAULT_RECOMPUTE_MODULES, FP32, GEMM, INT64, KEPT, MASK, RECOMPUTE_MODULES,
                             SELECTIVE, Op, Saved, Shapes, embedding_ops, kv_heads_per_rank, layer_ops, output_ops)
 
@@ -227,6 +227,14 @@ def attention_params_per_gpu(card: ModelCard, tp: int) -> float:
     return p
 
 
+def mamba_params_per_gpu(card: ModelCard, tp: int) -> tuple[float, float]:
+    """(GEMM weights, the rest) of a Mamba-2 mixer on one TP rank: in_proj (column-parallel) and out_proj
+    (row-parallel); the conv1d, dt_bias, A_log, D and the gated norm split with the heads (MambaMixer marks them
+    tensor_model_parallel); the input norm fused into in_proj is replicated."""
+    rest = card.mamba_conv_dim * (card.mamba_conv_kernel + 1) + 3 * card.mamba_heads + card.mamba_d_inner
+    return card.mamba_gemm_params() / tp, rest / tp + card.norm_params(card.hidden_size)
+
+
 def mlp_params_per_gpu(card: ModelCard, ffn: float, tp: int) -> float:
     """One MLP / expert of width ``ffn`` split over ``tp`` (fc1 column-, fc2 row-parallel)."""
     up = 2 if card.gated else 1
@@ -239,15 +247,17 @@ def mlp_params_per_gpu(card: ModelCard, ffn: float, tp: int) -> float:
 # ---------------------------------------------------------------------------------- modules
 _MODULE_OF_OP = {"attn_norm": "input_norm", "attn_residual": "attention_residual", "mlp_norm": "pre_mlp_norm",
                  "mlp_residual": "mlp_residual", "router": "router", "router_topk": "router",
-                 "permute": "token_dispatcher", "embedding": "embedding", "final_norm": "final_norm",
-                 "logits": "output_layer", "loss": "loss"}
-_MODULE_OF_PREFIX = {"mlp": "mlp", "experts": "experts", "shared": "shared_experts"}
+                 "router_capacity": "router", "permute": "token_dispatcher", "embedding": "embedding",
+                 "final_norm": "final_norm", "logits": "output_layer", "loss": "loss", "mamba_norm": "mixer",
+                 "in_proj": "mixer", "out_proj": "mixer", "mamba_residual": "mamba_residual"}
+_MODULE_OF_PREFIX = {"mlp": "mlp", "experts": "experts", "shared": "shared_experts", "mamba": "mixer"}
 
 
 def module_of(op_name: str) -> str:
     """The Megatron-Core module an op of the graph runs in (``mlp_*`` the dense MLP, ``experts_*`` the
-    routed experts, ``shared_*`` the shared experts; QKV / MLA projections, RoPE, core attention and the
-    output projection are ``self_attention``)."""
+    routed experts, ``shared_*`` the shared experts, a Mamba layer's ops its ``mixer`` (the input norm is fused
+    into its in_proj); QKV / MLA projections, RoPE, core attention and the output projection are
+    ``self_attention``)."""
     if op_name in _MODULE_OF_OP:
         return _MODULE_OF_OP[op_name]
     return _MODULE_OF_PREFIX.get(op_name.split("_")[0], "self_attention")
@@ -386,17 +396,27 @@ def op_sac_plan(ops: Sequence[Op]) -> list[tuple[float, float]]:
 def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
     g = s.graph
     norm = card.norm_params(card.hidden_size)
-    mods = [Module("input_norm", norm), Module("self_attention", attention_params_per_gpu(card, g.tp), gemm=True),
-            Module("attention_residual", 0.0), Module("pre_mlp_norm", norm)]
-    if kind == "moe":
+    if kind == "mamba":  # a hybrid model's Mamba-2 layer: norm + mixer + residual (Megatron-Core MambaLayer)
+        gemm, rest = mamba_params_per_gpu(card, g.tp)
+        mods = [Module("mixer", gemm, gemm=True), Module("mixer_state", rest), Module("mamba_residual", 0.0)]
+        ops = layer_ops(card, g, kind)
+        return make_block(f"{kind}_layer", tuple(_with_saved(mods, ops)))
+    mods = []
+    if kind in ("dense", "moe", "attention"):
+        mods += [Module("input_norm", norm), Module("self_attention", attention_params_per_gpu(card, g.tp), gemm=True),
+                 Module("attention_residual", 0.0)]
+    if kind != "attention":
+        mods.append(Module("pre_mlp_norm", norm))
+    if kind in MOE_KINDS:
         mods += [Module("router", card.router_params()), Module("token_dispatcher", 0.0),
                  Module("experts", card.num_experts / g.ep * mlp_params_per_gpu(card, card.expert_ffn, g.etp),
                         expert=True, gemm=True)]
         if card.num_shared_experts:
             mods.append(Module("shared_experts", mlp_params_per_gpu(card, card.shared_ffn, g.tp), gemm=True))
-    else:
+    elif kind in ("dense", "mlp"):
         mods.append(Module("mlp", mlp_params_per_gpu(card, card.ffn_hidden_size or 0, g.tp), gemm=True))
-    mods.append(Module("mlp_residual", 0.0))
+    if kind != "attention":
+        mods.append(Module("mlp_residual", 0.0))
     # saved tensors: the op graph's (the window changes attention FLOPs, not its saved tensors)
     ops = layer_ops(card, g, kind)
     sac = sum(b for b, _ in op_sac_plan(ops)) if g.framework == "torchtitan" else 0.0
@@ -505,7 +525,7 @@ class Blocks:
         return self._part("mtp_head")
 
     def layer(self, kind: str) -> Block:
-        return self._part("moe" if kind == "moe" else "dense")  # type: ignore[return-value]
+        return self._part(kind)  # type: ignore[return-value]
 
 
 def _edge_key(s: Shape) -> tuple:
@@ -537,6 +557,10 @@ def _edge_part(name: str, build: Callable[[ModelCard, Shape], Block]) -> Callabl
 _BLOCK_PARTS = {
     "dense": lambda card, s: _layer(card, s, "dense"),
     "moe": lambda card, s: _layer(card, s, "moe") if card.is_moe else None,
+    "mamba": lambda card, s: _layer(card, s, "mamba"),
+    "attention": lambda card, s: _layer(card, s, "attention"),
+    "mlp": lambda card, s: _layer(card, s, "mlp"),
+    "moe_mlp": lambda card, s: _layer(card, s, "moe_mlp"),
     "embedding": _edge_part("embedding", _embedding),
     "head": _edge_part("head", lambda card, s: _head(card, s, True)),
     "head_no_weight": _edge_part("head_no_weight", lambda card, s: _head(card, s, False)),
@@ -550,15 +574,19 @@ def blocks(card: ModelCard, s: Shape) -> Blocks:
 
 def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None = None,
                            assumptions: MemoryAssumptions = DEFAULT) -> float:
-    """Saved bytes of one ``kind`` ('dense' | 'moe') layer for one micro-batch on one GPU.
+    """Saved bytes of one ``kind`` (oracle.model_card.LAYER_KINDS, one the model has) layer for one micro-batch on
+    one GPU.
 
     ``recompute`` defaults to the run's; 'full' gives the checkpointed layer input only; 'selective'
     recomputes the run's recompute_modules (Megatron's default, core attention, when it has none).
     """
-    if kind not in ("dense", "moe"):
-        raise InvalidConfigError(f"kind={kind!r} must be 'dense' or 'moe'")
+    if kind not in LAYER_KINDS:
+        raise InvalidConfigError(f"kind={kind!r} must be one of {', '.join(LAYER_KINDS)}")
     if kind == "moe" and not run.model.is_moe:
         raise InvalidConfigError(f"kind='moe' but {run.model.name} is a dense model")
+    if kind not in ("dense", "moe") and kind not in run.model.layer_kinds:
+        raise InvalidConfigError(f"kind={kind!r}: {run.model.name} has no such layer (its kinds: "
+                                 f"{', '.join(sorted(set(run.model.layer_kinds)))})")
     rc = recompute or run.training.recompute
     if rc not in ("none", "selective", "full"):
         raise InvalidConfigError(f"recompute={rc!r} must be none, selective or full")

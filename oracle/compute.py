@@ -22,8 +22,9 @@ from oracle.comm.collectives import FLEX_BACKENDS
 from oracle.cuda_graphs import GRAPH_REPLAY_HOST_OPS, captured_blocks, replays_per_layer
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
-from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, UNFUSED_SOFTMAX, Op, Shapes, embedding_ops, layer_ops,
-                            moe_pairs, output_ops, qkv_gather_bytes)
+from oracle.model_card import MOE_KINDS
+from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, SSD, SSD_KERNELS_B, UNFUSED_SOFTMAX, Op, Shapes, embedding_ops,
+                            layer_ops, moe_pairs, output_ops, qkv_gather_bytes, ssd_matmuls)
 
 BF16 = 2
 FP32 = 4
@@ -101,6 +102,8 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
     if op.kind == ATTENTION:
         return tuple(attention_time_s(hw, op.batch_heads, op.s_q, op.s_k, op.d_qk, op.d_v, bwd, op.seq, op.window,
                                       op.dtype) for bwd in (False, True)) + (0.0,)
+    if op.kind == SSD:
+        return ssd_time_s(hw, op)
     # memory-bound: backward ~2x (read grad + saved input, write grad)
     return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
 
@@ -120,6 +123,22 @@ def unfused_attention_s(hw, op: Op) -> tuple[float, float, float]:
          + memory_bound_time_s(hw, sm.bwd_bytes * scores, sm.kernels)
          + gemm_time_s(hw, bh * sq, dqk, sk) + gemm_time_s(hw, bh * sk, dqk, sq))
     return f, b, 0.0
+
+
+def ssd_time_s(hw, op: Op) -> tuple[float, float, float]:
+    """(forward, backward, 0) device seconds of Mamba-2's fused split-conv1d-scan (mamba_ssm
+    ``mamba_split_conv1d_scan_combined``): its chunked matmuls (``ssd_matmuls``: C B^T, the chunk states, the
+    chunk scan) priced as bf16 batched GEMMs over their (chunk, head) groups, one kernel each, plus its memory
+    passes (``op.bytes_f``: conv1d, the scan's reads and writes, the fp32 chunk states). The backward computes
+    both operand gradients of every matmul and recomputes the chunk states (mamba_ssm
+    ``_mamba_chunk_scan_combined_bwd``; the conv1d too), and moves the forward's bytes about 3x (recomputed
+    passes, gradients read and written)."""
+    mm = ssd_matmuls(op)
+    f = sum(gemm_time_s(hw, m, n, k, "bf16", g, True) for m, n, k, g in mm)
+    states = mm[1]
+    b = 2 * f + gemm_time_s(hw, *states[:3], "bf16", states[3], True)
+    return (f + memory_bound_time_s(hw, op.bytes_f, op.kernels),
+            b + memory_bound_time_s(hw, 3 * op.bytes_f, SSD_KERNELS_B), 0.0)
 
 
 def op_host_s(hw, op: Op) -> tuple[float, float]:
@@ -144,9 +163,12 @@ class _OpSums:
     attn_f: float
     """Core-attention forward."""
     ag_f: float
-    """Forward of the attention block's GEMMs (what its TP pair's comm overlaps)."""
+    """Forward of the attention block's GEMMs, or a Mamba mixer's in_proj and out_proj (what its TP pair's comm
+    overlaps)."""
     ag_b: float
-    """Backward (dgrad + wgrad) of the attention block's GEMMs."""
+    """Backward (dgrad + wgrad) of those GEMMs."""
+    has_mixer_gemms: bool
+    """The layer has an attention block or a Mamba mixer: a column-parallel in / row-parallel out TP pair."""
     has_mlp_gemms: bool
     """The layer has a dense MLP or shared-expert GEMM pair (a second TP pair)."""
     mlp_f: float
@@ -169,7 +191,8 @@ class _OpSums:
     """Forward of the ops selective recompute replays besides core attention."""
 
 
-_ATTN_GEMMS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up", "qkv", "attn_out"})
+_ATTN_GEMMS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up", "qkv", "attn_out", "in_proj", "out_proj"})
+"""The GEMMs of a layer's token mixer (attention, or a Mamba-2 mixer's in_proj / out_proj): its TP pair."""
 
 
 @lru_cache(maxsize=4096)
@@ -184,12 +207,12 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
     gemm = [p for p in priced if p[0].kind == GEMM]
     ag_f = sum(p[1] for p in gemm if p[0].name in _ATTN_GEMMS)
     ag_b = sum(p[2] + p[3] for p in gemm if p[0].name in _ATTN_GEMMS)
-    mlp_prefix = "shared_" if kind == "moe" else "mlp_"
+    mlp_prefix = "shared_" if kind in MOE_KINDS else "mlp_"
     mg = [p for p in gemm if p[0].name.startswith(mlp_prefix)]
     attention = next((p for p in priced if p[0].kind == ATTENTION), None)
     moe_f = moe_bw = 0.0
     shared = [p for p in priced if p[0].name.startswith("shared_")]
-    if kind == "moe":
+    if kind in MOE_KINDS:
         post = [p for p in priced if p[0].segment == POST_SYNC and not p[0].name.startswith("shared_")]
         moe_f = sum(p[1] for p in priced if p[0].name in ("router", "router_topk")) + sum(p[1] for p in post)
         moe_bw = sum(p[2] + p[3] for p in priced if p[0].name in ("router", "router_topk")) + \
@@ -208,7 +231,9 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
     replay_f = sum(p[1] for p in priced if p[0].name in replayed)
     if op_level_sac:  # TorchTitan: every op's forward but attention's and every other matmul's, again
         replay_f = sum(p[1] * share for p, (_, share) in zip(priced, op_sac_plan(ops)))
-    return _OpSums(priced=priced, f=f, b=b, w=w, attn_f=attn_f, ag_f=ag_f, ag_b=ag_b, has_mlp_gemms=bool(mg),
+    mixer = any(p[0].name in _ATTN_GEMMS for p in gemm)
+    return _OpSums(priced=priced, f=f, b=b, w=w, attn_f=attn_f, ag_f=ag_f, ag_b=ag_b, has_mixer_gemms=mixer,
+                   has_mlp_gemms=bool(mg),
                    mlp_f=sum(p[1] for p in mg), mlp_b=sum(p[2] + p[3] for p in mg), attention=attention,
                    moe_f=moe_f, moe_bw=moe_bw, shared_f=sum(p[1] for p in shared),
                    shared_bw=sum(p[2] + p[3] for p in shared), seg_dev=(seg_dev[0], seg_dev[1]), seg_host=(seg_host[0], seg_host[1]),
@@ -437,7 +462,7 @@ class LayerModel:
         # CUDA graphs: a captured op costs the host nothing; each graph replay costs its callable's ops
         # (captured regions sit before the sync: a dispatcher that syncs cannot be captured)
         graphed = captured_blocks(t, kind)
-        synced = kind == "moe" and t.moe_host_sync
+        synced = kind in MOE_KINDS and t.moe_host_sync
         # selective recompute besides core attention (attn_f_s): each recomputed module's forward once;
         # Megatron's MoE checkpoint replays the router, dispatch all-to-all (and its sync) and combine
         mods = frozenset(self.t.recomputed_modules - {"core_attn"})
@@ -451,12 +476,12 @@ class LayerModel:
         # TP traffic: one column-parallel in / row-parallel out pair for attention, one for a dense MLP
         # or the shared experts; each pair's comm overlaps the GEMMs of its block
         tp_bytes = BF16 * self.T * m.hidden_size
-        tp = self._tp_comm(tp_bytes, 1, o.ag_f, o.ag_b)
+        tp = self._tp_comm(tp_bytes, 1 if o.has_mixer_gemms else 0, o.ag_f, o.ag_b)
         if o.has_mlp_gemms:
             tpm = self._tp_comm(tp_bytes, 1, o.mlp_f, o.mlp_b)
             tp = CommPart(tp.f_total_s + tpm.f_total_s, tp.f_exposed_s + tpm.f_exposed_s, tp.b_total_s + tpm.b_total_s,
                           tp.b_exposed_s + tpm.b_exposed_s, tp.algorithm or tpm.algorithm)
-        if gathered := qkv_gather_bytes(m, self.shapes):
+        if o.attention is not None and (gathered := qkv_gather_bytes(m, self.shapes)):
             # fewer KV heads than TP ranks: the QKV output gathered over TP (its backward reduce-scatter), outside
             # the overlapped GEMM pairs: exposed
             ag = self._coll("all_gather", "tp", gathered)
@@ -464,10 +489,10 @@ class LayerModel:
             tp = CommPart(tp.f_total_s + ag.time_s, tp.f_exposed_s + ag.time_s, tp.b_total_s + rs.time_s,
                           tp.b_exposed_s + rs.time_s, tp.algorithm or ag.algorithm)
         comm: dict[str, CommPart] = {"tp": tp}
-        if t.cp > 1:
+        if t.cp > 1 and o.attention is not None:
             att = o.attention
             comm["cp"] = self._cp_comm(att[1], att[2], att[0].d_qk, att[0].d_v)
-        if kind == "moe":
+        if kind in MOE_KINDS:
             comm.update(self._moe_comm(o.moe_f, o.moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_b=b, layer_w=w,
                                        shared_f=o.shared_f, shared_bw=o.shared_bw))
         comm = {k: v for k, v in comm.items() if v.f_total_s or v.b_total_s}
@@ -488,7 +513,7 @@ class LayerModel:
         # one device-to-host sync per MoE forward (token counts -> all-to-all splits, grouped-GEMM
         # sizes); the backward reuses the host-side counts (docs/calibration.md, "MoE sync stall")
         stall = self.hw.efficiency.moe_sync_stall_s if synced else 0.0
-        moe_replay = kind == "moe" and "moe" in mods
+        moe_replay = kind in MOE_KINDS and "moe" in mods
         cost = LayerCost(kind, f, b, w, o.attn_f, comm, stall + idle_f, idle_b, o.priced, replay_f_s=o.replay_f,
                          replay_comm=tuple(k for k in ("ep_a2a", "etp") if k in comm) if moe_replay else (),
                          replay_host_s=stall if moe_replay else 0.0)

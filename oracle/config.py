@@ -611,8 +611,20 @@ def _cached_digest(obj: Any, compute: Any) -> str:
 
 
 def model_digest(card: ModelCard) -> str:
-    """Hash of everything in a card that a projection reads (names, citations and notes left out)."""
-    return _cached_digest(card, lambda c: _digest(c.to_dict(), _DOC_ONLY_CARD_KEYS))
+    """Hash of everything in a card that a projection reads (names, citations and notes left out; a key added to
+    cards since configuration keys were first recorded left out at its default, so every existing card keeps
+    its digest and every recorded ledger its keys)."""
+    def compute(c: ModelCard) -> str:
+        data = {k: v for k, v in c.to_dict().items() if k not in _CARD_DEFAULTS_SINCE or v != _CARD_DEFAULTS_SINCE[k]}
+        return _digest(data, _DOC_ONLY_CARD_KEYS)
+    return _cached_digest(card, compute)
+
+
+_CARD_DEFAULTS_SINCE = {f.name: f.default for f in dataclasses.fields(ModelCard)
+                        if f.name in ("hybrid_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
+                                      "mamba_num_groups", "mamba_conv_kernel", "mamba_chunk_size")}
+"""Card keys added after configuration keys were first recorded (the hybrid Mamba keys, 2026-12-04), with their
+defaults."""
 
 
 def hardware_digest(hw: HardwareProfile) -> str:

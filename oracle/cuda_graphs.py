@@ -19,6 +19,7 @@ moe_preprocess     the dispatcher's preprocessing (token counts, permutation met
                    in this op graph the counts are part of the router's top-k op, so it captures what
                    moe_router does
 moe                the whole MoE block (router, dispatch, experts, shared experts, combine)
+mamba              a hybrid model's Mamba-2 layer (norm, in_proj, scan, gated norm, out_proj, residual add)
 full_iteration     the forward and backward of every micro-batch as one graph (``local`` only)
 =================  ==================================================================================
 
@@ -30,7 +31,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, get_args
 
-from oracle.opgraph import ATTN, EXPERTS, MLP, ROUTER
+from oracle.model_card import MOE_KINDS
+from oracle.opgraph import ATTN, EXPERTS, MAMBA, MLP, ROUTER
 
 if TYPE_CHECKING:
     from oracle.config import TrainingConfig
@@ -39,7 +41,7 @@ CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
 """Megatron-Core ``--cuda-graph-impl``: none; local = Megatron-Core's own CudaGraphManager; transformer_engine =
 Transformer Engine's make_graphed_callables; full_iteration = one graph for the whole forward/backward of an
 iteration (Megatron-Core 0.16+ spelling of local + scope full_iteration, which older releases use)."""
-CudaGraphScope = Literal["full", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
+CudaGraphScope = Literal["full", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
 """A Megatron-Core ``--cuda-graph-scope`` value (``full``: the whole layer, also what an empty list means)."""
 CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
 
@@ -54,7 +56,9 @@ its incoming gradient into a static buffer (TE make_graphed_callables ``Graphed`
 and ``static_grad_outputs`` ``copy_``); outputs are handed on as views. Estimate: pool fragmentation across
 graphs is not modelled."""
 
-_WHOLE = {"dense": frozenset({ATTN, MLP}), "moe": frozenset({ATTN, ROUTER, EXPERTS})}
+_WHOLE = {"dense": frozenset({ATTN, MLP}), "moe": frozenset({ATTN, ROUTER, EXPERTS}), "mamba": frozenset({MAMBA}),
+          "attention": frozenset({ATTN}), "mlp": frozenset({MLP}), "moe_mlp": frozenset({ROUTER, EXPERTS})}
+"""Every op block of a layer of each kind (oracle.model_card.LAYER_KINDS)."""
 
 
 def scopes(t: TrainingConfig) -> frozenset[str]:
@@ -69,7 +73,7 @@ def full_iteration(t: TrainingConfig) -> bool:
 
 
 def layer_regions(t: TrainingConfig, kind: str) -> tuple[frozenset[str], ...]:
-    """The captured regions of one decoder layer of ``kind`` ('dense' | 'moe'), each a set of op blocks
+    """The captured regions of one decoder layer of ``kind`` (oracle.model_card.LAYER_KINDS), each a set of op blocks
     (``Op.block``) replayed as one graph; empty without CUDA graphs. Under ``full_iteration`` the whole layer
     is one region (its replay is once per iteration, see ``replays_per_layer``)."""
     if t.cuda_graph_impl == "none":
@@ -78,11 +82,13 @@ def layer_regions(t: TrainingConfig, kind: str) -> tuple[frozenset[str], ...]:
     if full_iteration(t) or "full" in sc:
         return (_WHOLE[kind],)
     regions = []
-    if "attn" in sc:
+    if "attn" in sc and ATTN in _WHOLE[kind]:
         regions.append(frozenset({ATTN}))
-    if kind == "dense" and "mlp" in sc:
+    if kind == "mamba" and "mamba" in sc:
+        regions.append(frozenset({MAMBA}))
+    if kind in ("dense", "mlp") and "mlp" in sc:
         regions.append(frozenset({MLP}))
-    if kind == "moe":
+    if kind in MOE_KINDS:
         if "moe" in sc:
             regions.append(frozenset({ROUTER, EXPERTS}))
         elif sc & {"moe_router", "moe_preprocess"}:

@@ -11,19 +11,30 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from oracle.model_card import ModelCard
+from oracle.model_card import ATTENTION_KINDS, MOE_KINDS, ModelCard
 
 
 def gemm_params_per_token(card: ModelCard, kind: str) -> float:
     """Weights a token multiplies through in one layer (norms, biases excluded; the router counts)."""
-    attn = card.attention_gemm_params()
-    if kind == "moe":
+    if kind == "mamba":
+        return float(card.mamba_gemm_params())
+    attn = card.attention_gemm_params() if kind in ATTENTION_KINDS else 0
+    if kind in MOE_KINDS:
         mlp = card.moe_topk * card.mlp_gemm_params(card.expert_ffn) + card.hidden_size * card.num_experts
         if card.num_shared_experts:
             mlp += card.mlp_gemm_params(card.shared_ffn)
-    else:
+    elif kind in ("dense", "mlp"):
         mlp = card.mlp_gemm_params(card.ffn_hidden_size or 0)
+    else:
+        mlp = 0
     return float(attn + mlp)
+
+
+def mamba_scan_flops_per_token(card: ModelCard) -> float:
+    """Forward FLOPs per token of a Mamba-2 layer's scan in Megatron-LM's model-FLOPs convention: 7 x d_inner x
+    state (megatron/training/training.py ``mamba_layer_flops``; Megatron-Bridge flop_utils the same, which sizes
+    d_inner as 2 x hidden where this uses the card's heads x head dim)."""
+    return 7.0 * card.mamba_d_inner * card.mamba_state_dim
 
 
 def attention_flops_per_token(card: ModelCard, seq_len: int, layer: int) -> float:
@@ -42,7 +53,11 @@ def model_flops_per_token(card: ModelCard, seq_len: int) -> float:
     """Forward+backward model FLOPs per token (3x forward), excluding recompute."""
     fwd = 0.0
     for i, kind in enumerate(card.layer_kinds):
-        fwd += 2.0 * gemm_params_per_token(card, kind) + attention_flops_per_token(card, seq_len, i)
+        fwd += 2.0 * gemm_params_per_token(card, kind)
+        if kind in ATTENTION_KINDS:
+            fwd += attention_flops_per_token(card, seq_len, i)
+        elif kind == "mamba":
+            fwd += mamba_scan_flops_per_token(card)
     fwd += 2.0 * card.hidden_size * card.padded_vocab()
     return 3.0 * fwd
 
@@ -50,3 +65,12 @@ def model_flops_per_token(card: ModelCard, seq_len: int) -> float:
 FLOP_FORMULA = ("model FLOPs/token = 3 x [sum over layers (2 x GEMM weights touched per token + "
                 "2 x seq x heads x (d_qk + d_v)) + 2 x hidden x vocab]  (Megatron/NeMo convention: "
                 "non-causal attention, top-k experts, no recompute)")
+HYBRID_FLOP_FORMULA = ("model FLOPs/token = 3 x [sum over layers (2 x GEMM weights touched per token + "
+                       "2 x seq x heads x (d_qk + d_v) in attention layers, 7 x d_inner x state in Mamba layers) "
+                       "+ 2 x hidden x vocab]  (Megatron/NeMo convention: non-causal attention, top-k experts, "
+                       "no recompute)")
+
+
+def flop_formula(card: ModelCard) -> str:
+    """The formula :func:`model_flops_per_token` applies to ``card`` (in words, for a projection's details)."""
+    return HYBRID_FLOP_FORMULA if "mamba" in card.layer_kinds else FLOP_FORMULA

@@ -35,7 +35,7 @@ _ARCHITECTURES = {
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Llama4ForConditionalGeneration": "llama4",
     "Llama4ForCausalLM": "llama4_text", "DbrxForCausalLM": "dbrx", "Phi3ForCausalLM": "phi3",
     "GraniteForCausalLM": "granite", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
-    "Glm4MoeForCausalLM": "glm4_moe",
+    "Glm4MoeForCausalLM": "glm4_moe", "NemotronHForCausalLM": "nemotron_h",
 }
 # Multimodal wrappers whose language model is a nested config: model_type -> key of the text config.
 _TEXT_CONFIG = {"llama4": "text_config", "gemma3": "text_config"}
@@ -404,13 +404,73 @@ def _nemotron(r: _Reader) -> dict[str, Any]:
     return card
 
 
+_HF_BLOCK_SYMBOL = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+"""transformers NemotronHConfig layers_block_type names -> Megatron-Core hybrid pattern symbols."""
+
+
+def _nemotron_h(r: _Reader) -> dict[str, Any]:
+    """Nemotron-H / Nemotron 3 (transformers NemotronHConfig): a hybrid of Mamba-2, attention, MLP and MoE layers,
+    each its own layer; the pattern from ``layers_block_type`` or ``hybrid_override_pattern``."""
+    types = r.opt("layers_block_type", r.opt("layer_types", []))
+    pattern = r.opt("hybrid_override_pattern")
+    if types:
+        bad = sorted({str(t) for t in types if t not in _HF_BLOCK_SYMBOL})
+        if bad:
+            r.problems.append(f"config.json (model_type {r.model_type!r}): layers_block_type entries {bad} are not "
+                              f"one of {', '.join(_HF_BLOCK_SYMBOL)}")
+        pattern = "".join(_HF_BLOCK_SYMBOL.get(t, "?") for t in types)
+    elif not isinstance(pattern, str) or not pattern:
+        r.missing.append("hybrid_override_pattern (or layers_block_type)")
+        pattern = None
+    heads = r.req("num_attention_heads")
+    hidden = r.req("hidden_size")
+    card: dict[str, Any] = {
+        "num_layers": len(pattern) if pattern else r.req("num_hidden_layers"), "hidden_size": hidden,
+        "num_attention_heads": heads, "num_query_groups": r.opt("num_key_value_heads", heads),
+        "head_dim": r.opt("head_dim", r.opt("attention_head_dim")), "vocab_size": r.req("vocab_size"),
+        "max_seq_len": r.opt("max_position_embeddings", 4096), "norm": "rmsnorm", "position_embedding": "none",
+        "tied_embeddings": bool(r.opt("tie_word_embeddings", False)), "hybrid_pattern": pattern,
+        "mamba_num_heads": r.opt("mamba_num_heads"), "mamba_head_dim": r.opt("mamba_head_dim", 64, minimum=1),
+        "mamba_state_dim": r.opt("ssm_state_size", 128, minimum=1),
+        "mamba_num_groups": r.opt("n_groups", r.opt("mamba_n_groups", 8), minimum=1),
+        "mamba_conv_kernel": r.opt("conv_kernel", r.opt("mamba_d_conv", 4), minimum=1),
+        "mamba_chunk_size": r.opt("chunk_size", r.opt("mamba_chunk_size", 128), minimum=1),
+    }
+    raw = r.opt("mlp_hidden_act", "relu2")
+    card["activation"] = _PLAIN_ACT.get(raw) if isinstance(raw, str) else None
+    if card["activation"] is None:
+        r.problems.append(f"config.json (model_type {r.model_type!r}): mlp_hidden_act={clip(repr(raw), 100)} is not "
+                          f"supported; supported: {', '.join(sorted(_PLAIN_ACT))}")
+    if pattern and "-" in pattern:
+        card["ffn_hidden_size"] = r.req("intermediate_size")
+    if pattern and "E" in pattern:
+        card.update(num_experts=r.req("n_routed_experts"), moe_topk=r.req("num_experts_per_tok"),
+                    moe_ffn_hidden_size=r.req("moe_intermediate_size"), router_bias=True)
+        shared = r.opt("n_shared_experts", 0, minimum=0)
+        if shared:
+            card.update(num_shared_experts=shared,
+                        shared_expert_ffn_hidden_size=r.opt("moe_shared_expert_intermediate_size"))
+        if r.opt("moe_latent_size") is not None:
+            r.problems.append(f"config.json (model_type {r.model_type!r}): moe_latent_size={r.opt('moe_latent_size')} "
+                              f"(latent MoE: experts on a down-projected width) is not modelled")
+    if r.opt("use_bias", False) or r.opt("attention_bias", False) or r.opt("mlp_bias", False):
+        card["linear_bias"] = True
+    if r.opt("num_nextn_predict_layers", 0):
+        r.notes.append(f"num_nextn_predict_layers={r.opt('num_nextn_predict_layers')}: MTP layers of a hybrid model "
+                       f"are not modelled and not counted")
+    if r.opt("sliding_window") is not None:
+        r.notes.append(f"sliding_window={r.opt('sliding_window')} on the attention layers is not modelled (full "
+                       f"causal attention, conservative)")
+    return card
+
+
 _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "phi3": _llama, "granite": _llama,
     "olmo2": _llama, "mixtral": _mixtral, "olmoe": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek, "glm4_moe": _deepseek,
     "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "llama4": _llama4, "llama4_text": _llama4,
-    "dbrx": _dbrx,
+    "dbrx": _dbrx, "nemotron_h": _nemotron_h,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 
@@ -448,6 +508,8 @@ SIZE_LIMITS: dict[str, int] = {
     "v_head_dim": 2**16, "first_k_dense_replace": 10_000, "moe_layer_freq": 10_000,
     "decoder_sparse_step": 10_000, "max_window_layers": 10_000, "intermediate_size_mlp": 2**22,
     "interleave_moe_layer_step": 10_000, "sliding_window_pattern": 10_000, "n_layers": 10_000, "n_heads": 2**16,
+    "mamba_num_heads": 2**16, "mamba_head_dim": 2**16, "ssm_state_size": 2**16, "n_groups": 2**16,
+    "conv_kernel": 2**16, "chunk_size": 2**30, "moe_shared_expert_intermediate_size": 2**22,
 }
 """Size keys of a config.json and the largest value :func:`card_from_hf_config` accepts."""
 MAX_LIST_LENGTH = 10_000

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 from oracle.errors import InvalidConfigError, clip
 from oracle.layout import Layout
+from oracle.model_card import MOE_KINDS
 from oracle.opgraph import RECOMPUTE_MODULES
 from oracle.pipeline.schedules import SCHEDULES, get_schedule
 
@@ -153,6 +154,33 @@ def check(run: RunConfig) -> list[str]:
     p += _precision_feature_problems(run)
     p += _memory_feature_problems(run)
     p += _framework_problems(run)
+    if m.is_hybrid:
+        p += _hybrid_problems(run)
+    return p
+
+
+def _hybrid_problems(run: RunConfig) -> list[str]:
+    """A hybrid (Mamba) model: what Megatron-Core's MambaMixer asserts of the layout, and what is not modelled."""
+    t, m = run.training, run.model
+    p = []
+    if t.framework != "megatron":
+        p.append(f"framework={t.framework} with {m.name}: a hybrid Mamba model runs in Megatron-Core "
+                 f"(HybridModel); TorchTitan has no Mamba layer")
+    if "mamba" not in m.layer_kinds:
+        return p
+    heads, groups = m.mamba_heads, m.mamba_num_groups
+    if heads % t.tp or groups % t.tp:
+        p.append(f"tp={t.tp} must divide the {heads} Mamba heads and the {groups} Mamba groups of {m.name} "
+                 f"(Megatron-Core MambaMixer: each TP rank holds whole heads and groups)")
+    if t.cp > 1:
+        p.append(f"cp={t.cp} with the Mamba layers of {m.name}: Mamba context parallelism (its all-to-all "
+                 f"between sequence and head sharding) is not modelled; use cp=1")
+    if t.precision != "bf16" and m.mamba_in_proj_width % 16:
+        p.append(f"precision={t.precision} with {m.name}: the Mamba in_proj output width {m.mamba_in_proj_width} "
+                 f"must be a multiple of 16 for FP8 (Megatron-Core MambaMixer)")
+    if t.moe_a2a_overlap:
+        p.append(f"moe_a2a_overlap=true with the hybrid model {m.name}: the merged forward/backward all-to-all "
+                 f"overlap is not modelled for Mamba layers")
     return p
 
 
@@ -179,13 +207,15 @@ def _cuda_graph_problems(run: RunConfig) -> list[str]:
                      f"got {sc}")
         whole = {"full_iteration"}
     kinds = set(m.layer_kinds)
-    if "mlp" in sc and "dense" not in kinds:
+    if "mlp" in sc and not kinds & {"dense", "mlp"}:
         p.append(f"cuda_graph_scope 'mlp' captures dense MLP layers; {m.name} has MoE layers only (use moe or "
                  f"moe_router)")
+    if "mamba" in sc and "mamba" not in kinds:
+        p.append(f"cuda_graph_scope 'mamba' captures Mamba layers; {m.name} has none")
     for moe_scope in ("moe", "moe_router", "moe_preprocess"):
         if moe_scope in sc and not m.is_moe:
             p.append(f"cuda_graph_scope {moe_scope!r} needs a MoE model; {m.name} is dense")
-    if m.is_moe and t.moe_host_sync and "moe" in kinds and (whole or "moe" in sc or not sc):
+    if m.is_moe and t.moe_host_sync and kinds & MOE_KINDS and (whole or "moe" in sc or not sc):
         what = "the whole layer" if (whole or not sc) else "the MoE block"
         label = "cuda_graph_impl=full_iteration" if t.cuda_graph_impl == "full_iteration" else f"cuda_graph_scope={sc or ['full']}"
         p.append(f"{label} captures {what} with the MoE dispatcher, which reads the "
@@ -413,7 +443,8 @@ def _recompute_module_problems(run: RunConfig) -> list[str]:
              "moe_act": (m.is_moe, f"a MoE model ({m.name} is dense)"),
              "moe": (m.is_moe, f"a MoE model ({m.name} is dense)"),
              "shared_experts": (m.num_shared_experts > 0, f"shared experts ({m.name} has none)"),
-             "mlp": ("dense" in m.layer_kinds, f"dense MLP layers ({m.name} has MoE layers only; use moe)")}
+             "mlp": (bool({"dense", "mlp"} & set(m.layer_kinds)),
+                     f"dense MLP layers ({m.name} has MoE layers only; use moe)")}
     valid = [n for n in RECOMPUTE_MODULES if needs.get(n, (True, ""))[0]]
     for name in mods:
         if name not in RECOMPUTE_MODULES:

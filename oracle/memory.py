@@ -21,6 +21,7 @@ from oracle.config import RunConfig
 from oracle.cuda_graphs import STATIC_BUFFERS_PER_REGION, full_iteration, layer_regions
 from oracle.errors import InvalidConfigError
 from oracle.layout import Layout, placement_key
+from oracle.model_card import HYBRID_KINDS, LAYER_KINDS, MOE_KINDS
 from oracle.optimizers import ADAM_STATE_BYTES, state_bytes_per_param
 from oracle.pipeline.schedules import get_schedule
 from oracle.results import MemoryBreakdown, MemoryNode, StageMemory
@@ -95,7 +96,7 @@ def _plans(run: RunConfig) -> tuple[tuple[_Chunk, ...], ...]:
                 groups = (("checkpoint", ks[:n_rc]), ("none", ks[n_rc:]))
             else:  # TorchTitan's selective checkpointing is op-level ('op_sac'), Megatron's by module
                 groups = (("op_sac" if t.op_level_sac else t.recompute, ks),)
-            counts = tuple((k, pol, g.count(k)) for pol, g in groups for k in ("dense", "moe") if g.count(k))
+            counts = tuple((k, pol, g.count(k)) for pol, g in groups for k in LAYER_KINDS if g.count(k))
             st = lay.stage(r, c)  # embedding / loss / MTP placement from the pipeline layout
             out.append(_Chunk(c, vs, st.embedding, st.loss, counts, st.mtp))
         ranks.append(tuple(out))
@@ -232,7 +233,7 @@ def _sums_key(run: RunConfig, s: Shape) -> tuple:
     t = run.training
     return (_plan_key(run), s, _mtp_policy(run), _modules(run), t.loss_fusion, t.cpu_offloading,
             t.cpu_offloading_num_layers, layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t),
-            t.optimizer)
+            t.optimizer, *((tuple(layer_regions(t, k) for k in HYBRID_KINDS),) if run.model.is_hybrid else ()))
 
 
 def _rank_sums(run: RunConfig, s: Shape, assumptions: MemoryAssumptions) -> _RankSums:
@@ -300,7 +301,7 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
             chunk_act = 0.0  # the chunk's own sum (its share of the rank's activation)
             for kind, pol, n in ch.layers:
                 lb = b.layer(kind)
-                has_moe |= kind == "moe"
+                has_moe |= kind in MOE_KINDS
                 p_dense += n * lb.params_dense
                 p_exp += n * lb.params_expert
                 gemm += n * lb.gemm_params
@@ -375,7 +376,7 @@ class _BlockColumns:
         return hit
 
     def layer(self, kind: str) -> "_PartColumns":
-        return self._part("moe" if kind == "moe" else "dense")  # type: ignore[return-value]
+        return self._part(kind)  # type: ignore[return-value]
 
     embedding = property(lambda self: self._part("embedding"))
     head = property(lambda self: self._part("head"))

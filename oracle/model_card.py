@@ -22,6 +22,20 @@ MODEL_DIR = Path(__file__).resolve().parent / "models"
 
 Activation = Literal["swiglu", "geglu", "gelu", "squared_relu", "relu"]
 GATED = ("swiglu", "geglu")
+HYBRID_SYMBOLS: dict[str, str] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe_mlp"}
+"""Megatron-Core hybrid layer pattern symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols) and
+the layer kind each is: a Mamba-2 mixer, an attention-only layer, an MLP-only layer, a MoE-only layer."""
+HYBRID_UNMODELLED: dict[str, str] = {"G": "gated delta net", "D": "DeepSeek sparse attention", "+": "MLA",
+                                     "|": "pipeline stage boundaries", "/": "MTP patterns"}
+"""Pattern symbols Megatron-Core takes that this oracle does not model."""
+LAYER_KINDS: tuple[str, ...] = ("dense", "moe", "mamba", "attention", "mlp", "moe_mlp")
+"""Every decoder layer kind: a transformer layer with a dense MLP or a MoE block, and the hybrid kinds."""
+HYBRID_KINDS: tuple[str, ...] = tuple(HYBRID_SYMBOLS.values())
+"""The layer kinds only a hybrid model has."""
+MOE_KINDS = frozenset({"moe", "moe_mlp"})
+"""Layer kinds with a MoE block (router, dispatcher, experts)."""
+ATTENTION_KINDS = frozenset({"dense", "moe", "attention"})
+"""Layer kinds with an attention block."""
 _LAYERS, _WIDTH, _FFN, _HEADS, _CONTEXT = 10_000, 2**20, 2**22, 2**16, 2**30
 MAX_SIZES: dict[str, int] = {
     "num_layers": _LAYERS, "first_dense_layers": _LAYERS, "moe_layer_freq": _LAYERS, "mtp_layers": _LAYERS,
@@ -30,7 +44,8 @@ MAX_SIZES: dict[str, int] = {
     "num_attention_heads": _HEADS, "num_query_groups": _HEADS, "head_dim": _HEADS, "qk_nope_head_dim": _HEADS,
     "qk_rope_head_dim": _HEADS, "v_head_dim": _HEADS, "num_experts": _HEADS, "num_shared_experts": _HEADS,
     "moe_topk": _HEADS, "vocab_size": 2**24, "make_vocab_size_divisible_by": 2**24, "max_seq_len": _CONTEXT,
-    "sliding_window": _CONTEXT,
+    "sliding_window": _CONTEXT, "mamba_num_heads": _HEADS, "mamba_head_dim": _HEADS, "mamba_state_dim": _HEADS,
+    "mamba_num_groups": _HEADS, "mamba_conv_kernel": _HEADS, "mamba_chunk_size": _CONTEXT,
 }
 """Largest accepted value of each size field: about 100x the largest published model's, the bounds
 oracle.hf_import.SIZE_LIMITS puts on config.json keys (a fuzzed card of 10**7 layers took 37 s to refuse,
@@ -109,6 +124,22 @@ class ModelCard:
     """Router has a bias (gpt-oss) or an expert-score bias (DeepSeek aux-loss-free)."""
     mtp_layers: int = 0
     """Multi-token-prediction modules (DeepSeek V3: 1), each a full decoder layer plus projection."""
+    hybrid_pattern: str | None = None
+    """Megatron-Core hybrid model (``--hybrid-layer-pattern``, HF ``hybrid_override_pattern``): one symbol per
+    decoder layer, M a Mamba-2 mixer, * attention, - MLP, E MoE (:data:`HYBRID_SYMBOLS`). None: every layer is a
+    transformer layer (attention + MLP or MoE)."""
+    mamba_num_heads: int | None = None
+    """Mamba-2 heads (None: 2 x hidden_size / mamba_head_dim, Megatron-Core's expand = 2)."""
+    mamba_head_dim: int = 64
+    """Mamba-2 head dim P."""
+    mamba_state_dim: int = 128
+    """Mamba-2 state size N per head."""
+    mamba_num_groups: int = 8
+    """Mamba-2 B/C groups (shared by nheads / groups heads each)."""
+    mamba_conv_kernel: int = 4
+    """Depthwise causal conv1d width (d_conv)."""
+    mamba_chunk_size: int = 128
+    """SSD chunk length Q (Megatron-Core MambaMixer chunk_size)."""
     make_vocab_size_divisible_by: int = 128
     """Megatron pads the vocabulary to a multiple of this x TP."""
     published_params_billion: float | None = None
@@ -149,6 +180,31 @@ class ModelCard:
     def shared_ffn(self) -> int:
         return (self.shared_expert_ffn_hidden_size or self.expert_ffn) * self.num_shared_experts
 
+    @property
+    def is_hybrid(self) -> bool:
+        """A Megatron-Core hybrid model: its layers follow ``hybrid_pattern``."""
+        return self.hybrid_pattern is not None
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads: given, or d_inner / head dim with d_inner = 2 x hidden (MambaMixer expand = 2)."""
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """Mamba-2 inner width: heads x head dim."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_in_proj_width(self) -> int:
+        """Output width of the Mamba in_proj: z and x (d_inner each), B and C (groups x state each), dt (heads)."""
+        return 2 * self.mamba_d_inner + 2 * self.mamba_num_groups * self.mamba_state_dim + self.mamba_heads
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the depthwise conv1d: x, B and C."""
+        return self.mamba_d_inner + 2 * self.mamba_num_groups * self.mamba_state_dim
+
     def __hash__(self) -> int:
         """The fields' hash (the dataclass's own), computed once per card: a card keys most of the oracle's caches,
         and hashing its fields costs about as much as the rest of a cache lookup."""
@@ -168,7 +224,9 @@ class ModelCard:
 
     @cached_property
     def layer_kinds(self) -> tuple[str, ...]:
-        """'dense' or 'moe' for each decoder layer."""
+        """The kind of each decoder layer (:data:`LAYER_KINDS`): 'dense' or 'moe', or a hybrid model's pattern."""
+        if self.hybrid_pattern is not None:
+            return tuple(HYBRID_SYMBOLS[c] for c in self.hybrid_pattern)
         if not self.is_moe:
             return ("dense",) * self.num_layers
         return tuple("moe" if (i >= self.first_dense_layers and
@@ -260,8 +318,38 @@ class ModelCard:
         return (self.attention_params() + self.norm_params(self.hidden_size) + self.router_params()
                 + e * self.mlp_params(self.expert_ffn) + shared)
 
-    def layer_params(self, kind: str) -> int:
-        return self.moe_layer_params() if kind == "moe" else self.dense_layer_params()
+    def mamba_gemm_params(self) -> int:
+        """Weights of a Mamba layer's GEMMs: in_proj and out_proj."""
+        return self.hidden_size * self.mamba_in_proj_width + self.mamba_d_inner * self.hidden_size
+
+    def mamba_layer_params(self) -> int:
+        """A Mamba-2 layer (Megatron-Core MambaLayer): the input norm (fused into in_proj), in_proj, the conv1d's
+        weight and bias, dt_bias, A_log and D per head, the gated RMSNorm over d_inner, out_proj."""
+        conv = self.mamba_conv_dim * (self.mamba_conv_kernel + 1)
+        return (self.norm_params(self.hidden_size) + self.mamba_gemm_params() + conv + 3 * self.mamba_heads
+                + self.mamba_d_inner)
+
+    def moe_block_params(self, *, experts: int | None = None) -> int:
+        """A MoE block: its pre-MLP norm, the router, ``experts`` routed experts (default all), shared experts."""
+        e = self.num_experts if experts is None else experts
+        shared = self.mlp_params(self.shared_ffn) if self.num_shared_experts else 0
+        return self.norm_params(self.hidden_size) + self.router_params() + e * self.mlp_params(self.expert_ffn) + shared
+
+    def layer_params(self, kind: str, *, experts: int | None = None) -> int:
+        """One decoder layer of ``kind``; MoE kinds with ``experts`` routed experts (default all)."""
+        if kind == "moe":
+            return self.moe_layer_params(experts=experts)
+        if kind == "dense":
+            return self.dense_layer_params()
+        if kind == "mamba":
+            return self.mamba_layer_params()
+        if kind == "attention":
+            return self.attention_params()
+        if kind == "mlp":
+            return self.mlp_params(self.ffn_hidden_size or 0) + self.norm_params(self.hidden_size)
+        if kind == "moe_mlp":
+            return self.moe_block_params(experts=experts)
+        raise ValueError(f"layer kind {kind!r} is not one of {', '.join(LAYER_KINDS)}")
 
     def embedding_params(self, tp: int = 1) -> int:
         pos = self.max_seq_len * self.hidden_size if self.position_embedding == "learned" else 0
@@ -295,7 +383,7 @@ class ModelCard:
         total = self.total_params()
         if not self.is_moe:
             return total
-        n_moe = sum(1 for k in self.layer_kinds if k == "moe")
+        n_moe = sum(1 for k in self.layer_kinds if k in MOE_KINDS)
         return total - n_moe * (self.num_experts - self.moe_topk) * self.mlp_params(self.expert_ffn)
 
     # ------------------------------------------------------------------ validation and IO
@@ -318,7 +406,7 @@ class ModelCard:
         if self.num_attention_heads > 0 and self.kv_heads > 0 and self.num_attention_heads % self.kv_heads:
             p.append(f"{w}: num_attention_heads={self.num_attention_heads} is not a multiple of "
                      f"num_query_groups={self.kv_heads}")
-        if not self.is_moe and not self.ffn_hidden_size:
+        if not self.is_moe and not self.ffn_hidden_size and self.hybrid_pattern is None:
             p.append(f"{w}: a dense model needs ffn_hidden_size")
         if self.is_moe:
             if not self.expert_ffn:
@@ -335,6 +423,44 @@ class ModelCard:
                     p.append(f"{w}: attention=mla needs {k}")
         if self.sliding_window is not None and self.sliding_window <= 0:
             p.append(f"{w}: sliding_window={self.sliding_window} must be > 0")
+        if self.hybrid_pattern is not None:
+            p += self._hybrid_problems(w)
+        return p
+
+    def _hybrid_problems(self, w: str) -> list[str]:
+        """A hybrid pattern's own checks (Megatron-Core HybridModel / MambaMixer asserts)."""
+        pat = self.hybrid_pattern or ""
+        if not isinstance(pat, str) or not pat:
+            return [f"{w}: hybrid_pattern must be a non-empty string of {', '.join(HYBRID_SYMBOLS)} (one per layer)"]
+        p = []
+        bad = sorted(set(pat) - set(HYBRID_SYMBOLS))
+        for c in bad:
+            what = HYBRID_UNMODELLED.get(c)
+            p.append(f"{w}: hybrid_pattern symbol {c!r} " + (f"({what}) is not modelled" if what else "is unknown")
+                     + f"; valid: {', '.join(f'{k} {v}' for k, v in HYBRID_SYMBOLS.items())}")
+        if len(pat) != self.num_layers:
+            p.append(f"{w}: hybrid_pattern has {len(pat)} symbols but num_layers={self.num_layers} (one per layer)")
+        if "E" in pat and not self.is_moe:
+            p.append(f"{w}: hybrid_pattern has MoE layers (E) but num_experts=0")
+        if "-" in pat and not self.ffn_hidden_size:
+            p.append(f"{w}: hybrid_pattern has MLP layers (-) but no ffn_hidden_size")
+        if self.mtp_layers:
+            p.append(f"{w}: MTP layers of a hybrid model are not modelled (mtp_layers={self.mtp_layers}); use 0")
+        if self.first_dense_layers or self.moe_layer_freq != 1:
+            p.append(f"{w}: first_dense_layers / moe_layer_freq do not apply to a hybrid model: its pattern places "
+                     f"the MoE layers")
+        if "M" in pat:
+            sizes = [k for k in ("mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
+                                 "mamba_chunk_size") if getattr(self, k) <= 0]
+            p += [f"{w}: {k}={getattr(self, k)} must be > 0" for k in sizes]
+            if sizes:
+                return p
+            heads, groups = self.mamba_heads, self.mamba_num_groups
+            if heads <= 0:
+                p.append(f"{w}: mamba_num_heads={heads} must be > 0")
+            elif groups > 0 and heads % groups:
+                p.append(f"{w}: mamba_num_heads={heads} must be a multiple of mamba_num_groups={groups} "
+                         f"(MambaMixer: each group shares B and C over nheads / ngroups heads)")
         return p
 
     @classmethod

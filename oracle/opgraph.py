@@ -35,12 +35,12 @@ INT64 = 8
 MASK = 1
 """torch.bool dropout mask / routing map: 1 B per element."""
 
-GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
-ATTN, MLP, ROUTER, EXPERTS = "attn", "mlp", "router", "moe"
+GEMM, ATTENTION, MEMORY, SSD = "gemm", "attention", "memory", "ssd"
+ATTN, MLP, ROUTER, EXPERTS, MAMBA = "attn", "mlp", "router", "moe", "mamba"
 """Blocks of a decoder layer (``Op.block``): the attention block (input norm to residual add), a dense MLP
-block (norm to residual add), and a MoE block split into its router (pre-MLP norm, router GEMM, top-k and
+block (norm to residual add), a MoE block split into its router (pre-MLP norm, router GEMM, top-k and
 token counts: what runs before the dispatcher's sync) and the rest (dispatch, experts, shared experts,
-residual add)."""
+residual add), and a hybrid model's Mamba-2 mixer layer (norm to residual add)."""
 ROUTER_OPS = frozenset({"mlp_norm", "router", "router_topk", "router_capacity"})
 PRE_SYNC, POST_SYNC = 0, 1
 """Forward segments of an MoE layer: ops before / after the dispatcher's device-to-host sync."""
@@ -77,7 +77,9 @@ class Op:
     name: str
     """Stable op name (``qkv``, ``attn_core``, ``experts_up`` ...): benchmark mode keys its timings by it."""
     kind: str
-    """``gemm`` | ``attention`` | ``memory``."""
+    """``gemm`` | ``attention`` | ``memory`` | ``ssd`` (a Mamba-2 layer's fused conv1d + chunked state-space scan:
+    ``batch_heads`` mbs x local heads, ``s_q`` tokens per sequence on this rank, ``d_v`` the head dim P,
+    ``state`` N, ``state_groups`` mbs x local B/C groups, ``chunk`` Q, ``bytes_f`` / ``kernels`` its traffic)."""
     m: int = 0
     """GEMM rows (tokens) of ONE group."""
     n: int = 0
@@ -116,6 +118,12 @@ class Op:
     """Attention: '' a tiled fused kernel (FlashAttention, cuDNN); unfused attention's softmax over the
     materialised scores: 'kernel' (Transformer Engine's fused scale-mask-softmax kernel) or 'torch' (PyTorch's
     softmax in fp32: an arbitrary mask, a sliding window, or keys past the kernel's limit), UNFUSED_SOFTMAX."""
+    state: int = 0
+    """SSD: state size N per head."""
+    state_groups: int = 0
+    """SSD: mbs x the B/C groups on this rank."""
+    chunk: int = 0
+    """SSD: chunk length Q."""
     bytes_f: float = 0.0
     """Memory-bound op: bytes read + written in forward (backward moves ~2x)."""
     kernels: int = 1
@@ -144,7 +152,21 @@ class Op:
             return 2.0 * self.groups * self.m * self.n * self.k
         if self.kind == ATTENTION:
             return 2.0 * self.batch_heads * self.s_q * self.s_k * (self.d_qk + self.d_v)
+        if self.kind == SSD:
+            return sum(2.0 * g * m * n * k for m, n, k, g in ssd_matmuls(self))
         return 0.0
+
+
+def ssd_matmuls(op: Op) -> tuple[tuple[int, int, int, int], ...]:
+    """The chunked matmuls of Mamba-2's SSD forward as (m, n, k, groups), one group per (chunk, head) or (chunk,
+    B/C group) (Dao & Gu 2024, "Transformers are SSMs", Sec. 6; mamba_ssm ssd_combined: bmm_chunk_fwd C B^T per
+    chunk and group, chunk_state_fwd B^T X per chunk and head, chunk_scan_fwd (C B^T o L) X + C h_prev per chunk
+    and head)."""
+    q, n_state, p = op.chunk, op.state, op.d_v
+    chunks = -(-op.s_q // q)
+    return ((q, q, n_state, chunks * op.state_groups),
+            (n_state, p, q, chunks * op.batch_heads),
+            (q, p, q + n_state, chunks * op.batch_heads))
 
 
 def avg_keys(seq: int, window: int | None) -> float:
@@ -674,8 +696,62 @@ def dense_mlp_block_ops(card, s: Shapes) -> list[Op]:
                   saved=_dropout_mask(s, H))])
 
 
+SSD_KERNELS_F, SSD_KERNELS_B = 6, 12
+"""Kernels of the fused split-conv1d-scan (mamba_ssm mamba_split_conv1d_scan_combined): forward conv1d, chunk
+cumsum, chunk state, state passing, bmm chunk, chunk scan; backward those it recomputes (conv1d, cumsum, chunk
+state, state passing) and the gradient kernels (chunk scan dstates / dz / dx / dC, state passing, chunk state dB,
+bmm chunk, dA cumsum, conv1d)."""
+
+
+def mamba_ops(card, s: Shapes) -> list[Op]:
+    """A Mamba-2 layer (Megatron-Core MambaLayer / MambaMixer, training path ``use_mem_eff_path``): input norm (fused
+    into in_proj), in_proj to z, x, B, C, dt, the layout transpose of that output, the fused split-conv1d-scan
+    (SSD), the gated group RMSNorm over the scan's output, out_proj, residual add. TP splits heads and groups."""
+    H, tp, T, Tsp, dt, b_g = card.hidden_size, s.tp, s.T, s.T_sp, s.dtype, s.saved_gemm_bytes
+    in_w, d_in = card.mamba_in_proj_width // tp, card.mamba_d_inner // tp
+    heads, groups = card.mamba_heads // tp, card.mamba_num_groups // tp
+    conv = card.mamba_conv_dim // tp
+    n_state, q = card.mamba_state_dim, card.mamba_chunk_size
+    seq = s.seq_len // s.cp
+    chunks = s.mbs * -(-seq // q)
+    states_b = FP32 * chunks * heads * card.mamba_head_dim * n_state  # fp32 chunk states (mamba_ssm state_dtype)
+    # forward traffic per token (bf16): conv1d reads x B C and writes them convolved; the scan kernels read the
+    # convolved x B C again (chunk state, chunk scan), z and dt, and write the gated output and the ungated
+    # out_x; the chunk states are written, read and rewritten by state passing, read by chunk scan
+    ssd_bytes = BF16 * T * (2 * conv + conv + d_in + heads + 2 * d_in) + 4 * states_b
+    ops = [_norm_op(card, s, "mamba_norm", KEPT),
+           Op(name="in_proj", kind=GEMM, m=T, n=in_w, k=H, dtype=dt, host_ops=2,
+              saved=(Saved("in_proj_input", Tsp * H * b_g),)),
+           # rearrange(zxBCdt, "l b d -> b l d").contiguous(): a copy of the projection's output
+           Op(name="mamba_transpose", kind=MEMORY, bytes_f=BF16 * 2 * T * in_w, host_ops=2),
+           # mamba_split_conv1d_scan_combined keeps its input zxBCdt and the scan's ungated output (out_x) and
+           # recomputes the conv1d and the chunk states in backward
+           Op(name="mamba_ssd", kind=SSD, batch_heads=s.mbs * heads, s_q=seq, d_v=card.mamba_head_dim,
+              state=n_state, state_groups=s.mbs * groups, chunk=q, bytes_f=ssd_bytes, kernels=SSD_KERNELS_F,
+              host_ops=8, saved=(Saved("zxbcdt", T * in_w * BF16), Saved("out_x", T * d_in * BF16))),
+           # the output back to "l b d" (contiguous), then ExtendedRMSNorm over groups of d_inner / ngroups
+           # (norm_before_gate=False: the scan already gated it with silu(z)); it keeps its input
+           Op(name="mamba_out_norm", kind=MEMORY, bytes_f=BF16 * 4 * T * d_in, kernels=2, host_ops=4,
+              saved=(Saved("norm_input", T * d_in * BF16),)),
+           Op(name="out_proj", kind=GEMM, m=T, n=H, k=d_in, dtype=dt, host_ops=2,
+              saved=(Saved("out_proj_input", T * d_in * b_g),))]
+    if dt != "bf16":
+        ops.append(_quant_op(s, "mamba_quant", _cast_bytes(s, T * H + T * d_in), PRE_SYNC))
+    ops.append(Op(name="mamba_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1,
+                  saved=_dropout_mask(s, H)))
+    return ops
+
+
+def _as_layer_input(ops: list[Op]) -> list[Op]:
+    """A block that is a whole layer of a hybrid model: its first op's input is the layer's input, what full
+    recompute keeps as its checkpoint (KEPT)."""
+    first = ops[0]
+    saved = tuple(replace(t, dropped_by=KEPT) if i == 0 else t for i, t in enumerate(first.saved))
+    return [replace(first, saved=saved)] + ops[1:]
+
+
 def layer_ops(card, s: Shapes, kind: str, window: int | None = None) -> list[Op]:
-    """Every op of one decoder layer (``kind`` 'dense' or 'moe') for one micro-batch on one rank.
+    """Every op of one decoder layer (``kind``: oracle.model_card.LAYER_KINDS) for one micro-batch on one rank.
 
     Built once per (card, shapes, kind, window): the timing and the memory models both walk it."""
     try:
@@ -690,11 +766,19 @@ def _layer_ops(card, s: Shapes, kind: str, window: int | None) -> tuple[Op, ...]
 
 
 def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]:
-    blocked = [(op, ATTN) for op in attention_ops(card, s, window)]
-    if kind == "moe":
-        blocked += [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS) for op in moe_ops(card, s)]
+    if kind == "mamba":
+        blocked = [(op, MAMBA) for op in mamba_ops(card, s)]
+    elif kind in ("mlp", "moe_mlp"):  # a hybrid model's MLP-only or MoE-only layer
+        blocked = []
     else:
-        blocked += [(op, MLP) for op in dense_mlp_block_ops(card, s)]
+        blocked = [(op, ATTN) for op in attention_ops(card, s, window)]
+    if kind in ("moe", "moe_mlp"):
+        moe = moe_ops(card, s)
+        blocked += [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS)
+                    for op in (_as_layer_input(moe) if kind == "moe_mlp" else moe)]
+    elif kind in ("dense", "mlp"):
+        mlp = dense_mlp_block_ops(card, s)
+        blocked += [(op, MLP) for op in (_as_layer_input(mlp) if kind == "mlp" else mlp)]
     # each op tagged with its block and, a trainable GEMM, its weight-gradient traffic. The builders above make
     # fresh ops on every call (tests/oracle/test_dataclass_copy.py checks it), seen by nobody yet: tagged in place
     # through the slots (as replace_fast fills a copy) instead of copied

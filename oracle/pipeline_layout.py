@@ -376,7 +376,7 @@ def card_weights(card: ModelCard) -> StageWeights:
     V*H; an MTP module its 2H*H projection, one decoder layer (MoE for MoE models) and an output layer.
     Attention's sequence-quadratic part is the same in every layer and left out."""
     def active(kind: str) -> float:
-        return float(card.moe_layer_params(experts=card.moe_topk) if kind == "moe" else card.dense_layer_params())
+        return float(card.layer_params(kind, experts=card.moe_topk))
     per_layer = [active(k) for k in card.layer_kinds]
     mean = sum(per_layer) / len(per_layer)
     head = float(card.padded_vocab() * card.hidden_size)

@@ -20,7 +20,7 @@ from oracle.comm import CommModel, Topology
 from oracle.compute import BF16, DP_BUCKET_ELEMS, FP32, LayerModel
 from oracle.config import RunConfig
 from oracle.errors import BenchmarkError, InvalidConfigError
-from oracle.flops import FLOP_FORMULA, model_flops_per_token
+from oracle.flops import flop_formula, model_flops_per_token
 from oracle.hardware import HardwareProfile
 from oracle.layout import Layout, bf16_layers, placement_key
 from oracle.memory import chunk_activation_shares, offloaded_bytes_per_microbatch, project_memory, rank_param_counts
@@ -585,7 +585,7 @@ def _project_one(run: RunConfig, mode: str, src: LayerTimeSource, inputs, res, f
                                        "host_sync": "analytical"})
     details: dict[str, Any] = {
         "schedule": t.schedule, "num_microbatches": mb, "dp": L.dp, "edp": L.edp,
-        "critical_rank": crit, "flop_formula": FLOP_FORMULA, "model_flops_per_token": flops_tok,
+        "critical_rank": crit, "flop_formula": flop_formula(m), "model_flops_per_token": flops_tok,
         "mfu_peak": f"{t.gemm_dtype} dense peak of {hw.name}",
         "stage_times_s": [[{"f": c.f_s, "b": c.b_s, "w": c.w_s} for c in row] for row in chunks],
         "makespan_s": makespan,

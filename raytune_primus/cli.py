@@ -303,7 +303,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         rows = []
         for name in bundled_models():
             c = load_model(name)
-            rows.append([name, "moe" if c.is_moe else "dense", c.attention, str(c.num_layers), str(c.hidden_size),
+            kind = ("hybrid-moe" if c.is_moe else "hybrid") if c.is_hybrid else "moe" if c.is_moe else "dense"
+            rows.append([name, kind, c.attention, str(c.num_layers), str(c.hidden_size),
                          f"{c.total_params() / 1e9:,.1f}", f"{c.active_params() / 1e9:,.1f}",
                          "-" if c.published_params_billion is None else f"{c.published_params_billion:,.1f}"])
         print(table(rows, ["name", "type", "attn", "layers", "hidden", "params B", "active B", "published B"],

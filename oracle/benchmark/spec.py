@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from oracle.config import RunConfig
+from oracle.errors import BenchmarkError
 from oracle.model_card import ModelCard
 from oracle.scaling import BenchPlan
 
@@ -107,6 +108,10 @@ def bench_dtype(run: RunConfig) -> str:
 def layer_spec(card: ModelCard, run: RunConfig, plan: BenchPlan, kind: str, window: int | None = None,
                *, dtype: str | None = None) -> LayerSpec:
     """The rank's share of a ``kind`` layer of ``card`` in the downscaled layout ``plan``."""
+    if card.is_hybrid and kind not in ("embedding", "output", "optimizer"):
+        raise BenchmarkError(f"benchmark mode times transformer layers (attention + MLP or MoE); {card.name} is a "
+                             f"hybrid Mamba model ({', '.join(sorted(set(card.layer_kinds)))} layers), which it "
+                             f"cannot build yet: use --mode simulate")
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r} is not one of {KINDS}")
     t = run.training

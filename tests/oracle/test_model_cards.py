@@ -23,6 +23,8 @@ EXPECTED_CARDS = {
     "llama3.2-1b", "llama3.2-3b", "llama4-scout", "llama4-maverick", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b",
     "qwen2.5-72b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "mistral-7b", "mistral-nemo-12b", "mistral-large-2",
     "gemma2-9b", "gemma2-27b", "deepseek-v2-lite", "deepseek-v2", "dbrx",
+    # hybrid Mamba-2 / Transformer models (Megatron-Core HybridModel; Megatron-Bridge recipes)
+    "nemotronh-8b", "nemotronh-47b", "nemotronh-56b", "nemotron3-nano-30b-a3b",
     # Megatron-LM README GPT tables (H100 weak scaling; A100), keys of ../shared/validation/model_cards_reference.yaml
     *(f"megatron-gpt-{s}" for s in ("1.7b", "7.1b", "16b", "32b", "70b", "119b", "177b", "314b", "462b")),
     *(f"megatron-gpt-a100-{s}" for s in ("1.7b", "3.6b", "7.5b", "18b", "39b", "76b", "145b", "310b", "530b", "1t")),

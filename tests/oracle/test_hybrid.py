@@ -1,0 +1,232 @@
+"""Hybrid Mamba-2 / Transformer models (Megatron-Core HybridModel: Nemotron-H, Nemotron 3): the layer pattern, the
+Mamba-2 mixer's op graph, memory, FLOPs, CUDA-graph scopes, legality and the Hugging Face import."""
+from __future__ import annotations
+
+from collections import Counter
+from math import ceil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oracle.activations import DEFAULT, blocks, layer_activation_bytes, shape_of
+from oracle.compute import LayerModel, price_op
+from oracle.config import RunConfig
+from oracle.cuda_graphs import layer_regions
+from oracle.errors import BenchmarkError, InvalidConfigError
+from oracle.flops import attention_flops_per_token, model_flops_per_token
+from oracle.hf_import import card_from_hf_config
+from oracle.layout import Layout
+from oracle.memory import memory_peaks, project_memory
+from oracle.model_card import ModelCard, load_model
+from oracle.opgraph import BF16, GEMM, KEPT, MAMBA, SSD, Shapes, layer_ops, ssd_matmuls
+from oracle.projector import comm_model, project, project_many
+
+PATTERN_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+
+
+def _run(model: str = "nemotronh-8b", hardware: str = "h100-sxm", num_gpus: int = 8, **training) -> RunConfig:
+    training.setdefault("seq_len", 8192)
+    training.setdefault("gbs", 64)
+    return RunConfig.from_dict({"model": model, "cluster": {"hardware": hardware, "num_gpus": num_gpus},
+                                "training": training})
+
+
+def test_the_pattern_gives_one_layer_kind_per_symbol():
+    card = load_model("nemotronh-8b")
+    assert card.hybrid_pattern == PATTERN_8B and card.num_layers == len(PATTERN_8B)
+    assert Counter(card.layer_kinds) == {"mamba": 24, "mlp": 24, "attention": 4}
+    nano = load_model("nemotron3-nano-30b-a3b")
+    assert Counter(nano.layer_kinds) == {"mamba": 23, "moe_mlp": 23, "attention": 6}
+    # the active count leaves the untaken routed experts of every MoE layer out
+    assert nano.total_params() - nano.active_params() == 23 * (128 - 6) * nano.mlp_params(nano.expert_ffn)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_the_mamba_gemms_are_the_in_and_out_projections_split_over_tp(tp):
+    run = _run(tp=tp)
+    card = run.model
+    ops = layer_ops(card, Shapes.of(run), "mamba")
+    gemms = {op.name: op for op in ops if op.kind == GEMM}
+    assert set(gemms) == {"in_proj", "out_proj"}
+    T = 8192
+    d_in = card.mamba_heads * card.mamba_head_dim
+    assert gemms["in_proj"].n * tp == 2 * d_in + 2 * card.mamba_num_groups * card.mamba_state_dim + card.mamba_heads
+    assert sum(op.flops_f for op in gemms.values()) == 2 * T * card.mamba_gemm_params() / tp
+    assert all(op.block == MAMBA for op in ops)
+
+
+def test_the_scan_counts_the_chunked_matmuls_of_ssd():
+    run = _run(tp=2, mbs=2)
+    card = run.model
+    ssd = next(op for op in layer_ops(card, Shapes.of(run), "mamba") if op.kind == SSD)
+    q, n, p = card.mamba_chunk_size, card.mamba_state_dim, card.mamba_head_dim
+    heads, groups = card.mamba_heads // 2, card.mamba_num_groups // 2
+    chunks = 2 * ceil(8192 / q)  # mbs x chunks per sequence
+    # per chunk: C B^T per group (Q x Q x N); per head B^T X (N x P x Q), (C B^T o L) X (Q x P x Q), C h (Q x P x N)
+    want = 2 * chunks * (groups * q * q * n + heads * (n * p * q + q * p * q + q * p * n))
+    assert ssd.flops_f == want
+    assert sum(2 * g * m * nn * k for m, nn, k, g in ssd_matmuls(ssd)) == want
+    f, b, w = price_op(run.cluster.hardware, ssd)
+    assert 0 < f < b and w == 0.0
+
+
+@pytest.mark.parametrize("kind", ["mamba", "attention", "mlp"])
+def test_full_recompute_keeps_only_each_hybrid_layer_input(kind):
+    run = _run(tp=2, sequence_parallel=True)
+    block = blocks(run.model, shape_of(run)).layer(kind)
+    layer_input = 8192 // 2 * run.model.hidden_size * BF16  # the sequence-parallel shard, bf16
+    assert block.checkpoint_bytes == layer_input
+    assert block.act("none") > block.checkpoint_bytes
+    first = layer_ops(run.model, Shapes.of(run), kind)[0]
+    assert first.saved[0].dropped_by == KEPT
+
+
+def test_the_moe_only_layer_keeps_its_input_under_full_recompute():
+    run = _run("nemotron3-nano-30b-a3b", tp=1, ep=8)
+    block = blocks(run.model, shape_of(run)).layer("moe_mlp")
+    assert block.checkpoint_bytes == 8192 * run.model.hidden_size * BF16
+    assert block.params_expert == 128 / 8 * run.model.mlp_params(run.model.expert_ffn)
+
+
+def test_the_mamba_layer_saves_what_the_fused_scan_keeps():
+    run = _run(tp=1)
+    card = run.model
+    T, H = 8192, card.hidden_size
+    d_in = card.mamba_heads * card.mamba_head_dim
+    want = T * H * BF16 * 2 + T * card.mamba_in_proj_width * BF16 + 3 * T * d_in * BF16  # input, in_proj input,
+    # zxBCdt; out_x, the norm's input, out_proj's input
+    assert layer_activation_bytes(run, "mamba", recompute="none") == want
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), mbs=st.sampled_from([1, 2, 4]))
+def test_recompute_never_raises_a_hybrid_model_activation_memory(tp, mbs):
+    none = project_memory(_run(tp=tp, mbs=mbs, gbs=64 * mbs), trees="none").peak_bytes
+    full = project_memory(_run(tp=tp, mbs=mbs, gbs=64 * mbs, recompute="full"), trees="none").peak_bytes
+    sel = project_memory(_run(tp=tp, mbs=mbs, gbs=64 * mbs, recompute="selective"), trees="none").peak_bytes
+    assert full <= sel <= none
+
+
+def test_model_flops_count_mamba_scans_and_attention_only_in_their_layers():
+    card = load_model("nemotronh-8b")
+    s = 8192
+    gemm = 24 * card.mamba_gemm_params() + 4 * card.attention_gemm_params() + 24 * card.mlp_gemm_params(
+        card.ffn_hidden_size)
+    attn = sum(attention_flops_per_token(card, s, i) for i, k in enumerate(card.layer_kinds) if k == "attention")
+    scan = 24 * 7 * card.mamba_heads * card.mamba_head_dim * card.mamba_state_dim
+    assert model_flops_per_token(card, s) == pytest.approx(
+        3 * (2 * gemm + attn + scan + 2 * card.hidden_size * card.padded_vocab()), rel=1e-12)
+
+
+def test_each_layer_kind_has_its_own_tp_pair_and_the_mamba_layer_no_cp_or_ep_traffic():
+    run = _run("nemotron3-nano-30b-a3b", tp=2, ep=4)
+    lm = LayerModel(Layout(run), comm_model(run.cluster.hardware, run.cluster.num_gpus))
+    mamba, attn, moe = lm.layer("mamba"), lm.layer("attention"), lm.layer("moe_mlp")
+    assert set(mamba.comm) == {"tp"} and set(attn.comm) == {"tp"}
+    assert "ep_a2a" in moe.comm and "tp" in moe.comm  # the shared expert is a TP pair
+    assert mamba.attn_f_s == 0.0 and attn.attn_f_s > 0.0
+
+
+def test_cuda_graph_scopes_capture_the_hybrid_layers_they_name():
+    t = _run(cuda_graph_impl="transformer_engine", cuda_graph_scope=["mamba", "attn"]).training
+    assert layer_regions(t, "mamba") == (frozenset({MAMBA}),)
+    assert layer_regions(t, "attention") == (frozenset({"attn"}),)
+    assert layer_regions(t, "mlp") == ()
+    with pytest.raises(InvalidConfigError, match="cuda_graph_scope 'mamba' captures Mamba layers; llama3-8b"):
+        _run("llama3-8b", cuda_graph_impl="transformer_engine", cuda_graph_scope=["mamba"])
+
+
+def test_projections_batch_and_memory_paths_agree_for_hybrid_runs():
+    runs = [_run(tp=tp, pp=pp, mbs=mbs, recompute=rc, gbs=128)
+            for tp in (1, 2) for pp in (1, 2) for mbs in (1, 2) for rc in ("none", "full")]
+    runs.append(_run("nemotron3-nano-30b-a3b", tp=2, ep=4, pp=2, gbs=128))
+    peaks, caps = memory_peaks(runs)
+    for r, peak, cap in zip(runs, peaks, caps):
+        m = project_memory(r, trees="none")
+        assert peak == m.peak_bytes and cap == m.cap_bytes
+    for r, p in zip(runs, project_many(runs, memory_tree=False)):
+        assert p.to_dict() == project(r, memory_tree=False).to_dict()
+
+
+def test_a_56b_projection_splits_its_time_and_memory():
+    p = project(_run("nemotronh-56b", "b200", 64, tp=2, gbs=192, precision="fp8", fp8_recipe="tensorwise",
+                     use_distributed_optimizer=True))
+    assert p.tokens_per_s_per_gpu > 0 and 0 < p.mfu < 1
+    kinds = {c.kind for c in p.breakdown.comm}
+    assert "tp" in kinds and "dp_grad" in kinds
+    tree = p.memory.stages[0].tree
+    names = [c.name for c in tree.children[0].children]
+    assert "mamba_layer x54" in names and "attention_layer x10" in names and "mlp_layer x54" in names
+
+
+@pytest.mark.parametrize("training,match", [
+    (dict(cp=2), "Mamba context parallelism"),
+    (dict(tp=16), "must divide the 128 Mamba heads and the 8 Mamba groups"),
+    (dict(framework="torchtitan", fsdp=True), "TorchTitan has no Mamba layer"),
+])
+def test_layouts_the_mamba_mixer_cannot_run_are_refused(training, match):
+    with pytest.raises(InvalidConfigError, match=match):
+        _run(num_gpus=16, **training)
+
+
+def test_a2a_overlap_on_a_hybrid_moe_is_refused():
+    with pytest.raises(InvalidConfigError, match="not modelled for Mamba layers"):
+        _run("nemotron3-nano-30b-a3b", ep=8, moe_a2a_overlap=True)
+
+
+def _card(**changes) -> dict:
+    base = dict(name="hy", num_layers=4, hidden_size=256, num_attention_heads=4, vocab_size=1000,
+                ffn_hidden_size=512, hybrid_pattern="M*M-", mamba_num_heads=8, mamba_num_groups=2,
+                mamba_state_dim=16)
+    return {**base, **changes}
+
+
+@pytest.mark.parametrize("changes,match", [
+    (dict(hybrid_pattern="MG*-"), "symbol 'G' \\(gated delta net\\) is not modelled"),
+    (dict(hybrid_pattern="M*M-M"), "5 symbols but num_layers=4"),
+    (dict(hybrid_pattern="M*ME"), "MoE layers \\(E\\) but num_experts=0"),
+    (dict(ffn_hidden_size=None), "MLP layers \\(-\\) but no ffn_hidden_size"),
+    (dict(mtp_layers=1), "MTP layers of a hybrid model are not modelled"),
+    (dict(mamba_num_heads=6, mamba_num_groups=4), "mamba_num_heads=6 must be a multiple of mamba_num_groups=4"),
+    (dict(mamba_head_dim=0), "mamba_head_dim=0 must be > 0"),
+])
+def test_a_hybrid_card_that_megatron_would_refuse_is_an_error(changes, match):
+    with pytest.raises(InvalidConfigError, match=match):
+        ModelCard.from_dict(_card(**changes))
+
+
+def _hf(**changes) -> dict:
+    base = {"model_type": "nemotron_h", "vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 21504,
+            "num_hidden_layers": 52, "hybrid_override_pattern": PATTERN_8B, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 8192, "mlp_hidden_act": "relu2",
+            "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4,
+            "chunk_size": 128, "tie_word_embeddings": False}
+    return {**base, **changes}
+
+
+def test_a_nemotron_h_config_json_imports_to_the_bundled_card():
+    card, bundled = card_from_hf_config(_hf(), "Nemotron-H-8B"), load_model("nemotronh-8b")
+    assert card.layer_kinds == bundled.layer_kinds and card.total_params() == bundled.total_params()
+    listed = _hf(layers_block_type=[{"M": "mamba", "*": "attention", "-": "mlp"}[c] for c in PATTERN_8B])
+    del listed["hybrid_override_pattern"]
+    assert card_from_hf_config(listed, "x").hybrid_pattern == PATTERN_8B
+
+
+def test_a_nemotron_3_moe_config_json_imports_its_experts_and_refuses_a_latent_moe():
+    nano = load_model("nemotron3-nano-30b-a3b")
+    data = _hf(hidden_size=2688, num_hidden_layers=52, hybrid_override_pattern=nano.hybrid_pattern,
+               num_key_value_heads=2, mamba_num_heads=64, n_routed_experts=128, num_experts_per_tok=6,
+               moe_intermediate_size=1856, n_shared_experts=1, moe_shared_expert_intermediate_size=3712)
+    card = card_from_hf_config(data, "nano")
+    assert card.total_params() == nano.total_params() and card.active_params() == nano.active_params()
+    with pytest.raises(InvalidConfigError, match="moe_latent_size=1024 .* is not modelled"):
+        card_from_hf_config({**data, "moe_latent_size": 1024}, "super")
+
+
+def test_benchmark_mode_says_it_cannot_build_a_mamba_layer():
+    from oracle.benchmark.spec import run_layer_specs
+    from oracle.scaling import downscale
+    run = _run(tp=2)
+    with pytest.raises(BenchmarkError, match="nemotronh-8b is a hybrid Mamba model .* use --mode simulate"):
+        run_layer_specs(run, downscale(run, 1))
