@@ -101,6 +101,10 @@ class Efficiency:
     (``training.moe_pad_expert_input_to_capacity``)."""
 
 
+FP8_ANY_LAYOUT_ARCHS = frozenset({"blackwell", "blackwell-ultra"})
+"""NVIDIA architectures (``arch``) of the data-centre Blackwell parts, sm_100 / sm_103 (HardwareProfile.fp8_any_layout)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HardwareProfile:
     """One accelerator part and the network it ships in, in SI units."""
@@ -163,6 +167,13 @@ class HardwareProfile:
 
     _hash: int = field(init=False, repr=False, compare=False)
     """Hash of the identifying scalars, computed once: the lru_cache'd kernels hash the profile per op."""
+
+    @property
+    def fp8_any_layout(self) -> bool:
+        """FP8 GEMMs take their operands in any layout, so a per-tensor-scaled FP8 tensor needs no transposed copy
+        for the backward (Transformer Engine ``is_non_tn_fp8_gemm_supported``: compute capability 10.x and 13+,
+        Blackwell; Hopper and Ada take FP8 only as TN and keep a transpose)."""
+        return self.vendor.lower() == "nvidia" and self.arch in FP8_ANY_LAYOUT_ARCHS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,

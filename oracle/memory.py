@@ -481,9 +481,11 @@ def _run_values(run: RunConfig, s: Shape, assumptions: MemoryAssumptions
     elif t.precision == "fp8" and t.fp8_param_gather:
         # FP8 parameters: the row-wise FP8 data replaces the BF16 weight (params below), the
         # column-wise copy stays (Megatron --fp8-param-gather with Transformer Engine FP8 tensors)
-        name, coef = "fp8_weight_cache", fp8_copy
+        copies = _fp8_weight_copies(run)
+        if copies > 1:
+            name, coef = "fp8_weight_cache", (copies - 1) * fp8_copy
     elif t.precision == "fp8" and assumptions.fp8_weight_cache:
-        name, coef = "fp8_weight_cache", 2 * fp8_copy  # row-wise + column-wise FP8 copies
+        name, coef = "fp8_weight_cache", _fp8_weight_copies(run) * fp8_copy  # row-wise + column-wise FP8 copies
     elif t.precision == "nvfp4" and assumptions.fp8_weight_cache:
         # row-wise + column-wise NVFP4 copies: 0.5 B per value + one fp8 scale per 16 values each
         # (2 x gemm x 0.5625 == 1.125 x gemm exactly: a power-of-two factor moved)
@@ -494,6 +496,14 @@ def _run_values(run: RunConfig, s: Shape, assumptions: MemoryAssumptions
               grad_b, shards, t.fsdp or t.use_distributed_optimizer, t.fp8_param_gather, coef, per,
               s.seq_tokens, card.hidden_size, common[0][1] if common else 0.0, bool(common))
     return f_closed, _RunValues(*values, bool(name), name, common[0][0] if common else "")
+
+
+def _fp8_weight_copies(run: RunConfig) -> int:
+    """FP8 copies Transformer Engine keeps of a weight: row-wise and column-wise; one buffer serving both for a
+    per-tensor recipe (delayed, tensorwise) on a part whose FP8 GEMMs take any layout (Float8Quantizer: no
+    ``_transpose`` when ``is_non_tn_fp8_gemm_supported``, TE 2.x float8_tensor.py / quantizer.cpp)."""
+    t = run.training
+    return 1 if t.fp8_recipe in ("delayed", "tensorwise") and run.cluster.hardware.fp8_any_layout else 2
 
 
 class _Scalar:

@@ -279,3 +279,21 @@ def test_fp8_param_gather_keeps_fp8_weights_instead_of_a_bf16_copy_and_a_cache()
                      ({"use_distributed_optimizer": False}, "needs the distributed optimizer")):
         with pytest.raises(InvalidConfigError, match=why):
             RunConfig.from_dict({**on, "training": {**on["training"], **bad}})
+
+
+@pytest.mark.parametrize("recipe,copies", [("delayed", 1), ("tensorwise", 1), ("mxfp8", 2), ("blockwise", 2)])
+def test_blackwell_keeps_one_fp8_copy_of_a_per_tensor_scaled_weight(recipe, copies):
+    """Transformer Engine keeps no transposed FP8 weight where FP8 GEMMs take any layout (Blackwell,
+    is_non_tn_fp8_gemm_supported) under a per-tensor recipe; MXFP8 and blockwise scale along one direction, so
+    their column-wise copy stays; Hopper keeps both copies under every recipe."""
+    from oracle.memory import project_memory
+    def cache(hw: str, **extra) -> float:
+        run = RunConfig.from_dict({"model": "llama3-8b", "cluster": {"hardware": hw, "num_gpus": 8},
+                                   "training": {"seq_len": 8192, "gbs": 64, "precision": "fp8", "fp8_recipe": recipe,
+                                                **extra}})
+        return dict(project_memory(run, trees="none").stages[0].other_breakdown).get("fp8_weight_cache", 0.0)
+    # Hopper takes no MXFP8: its two-copy reference is MI355X's (CDNA4 takes every recipe, keeps both copies)
+    both, blackwell = cache("mi355x" if recipe == "mxfp8" else "h100-sxm"), cache("b200")
+    assert both > 0 and blackwell == pytest.approx(both * copies / 2)
+    gathered = cache("b200", fp8_param_gather=True, use_distributed_optimizer=True)
+    assert gathered == pytest.approx(both * (copies - 1) / 2)  # the FP8 parameter is the row-wise copy
