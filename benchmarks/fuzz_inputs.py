@@ -1,7 +1,8 @@
 """Long form of the input fuzz suite (tests/test_fuzz_inputs.py): many more cases per input kind.
 
 Every input file kind (config, config with an inline model card, experiment spec, hardware profile,
-model card, Hugging Face config.json (dense, MLA, nested, wrapped), validation CSV, a config's recipe section,
+model card (transformer and hybrid Mamba), Hugging Face config.json (dense, MLA, nested, wrapped, hybrid), validation
+CSV, a config's recipe section,
 and what is typed: a Megatron-LM launch line for ``--megatron-args`` and ``--set`` overrides) is mutated by
 hypothesis as in
 ``tests/fuzzing.py`` and fed to the CLI in-process and to its library parser. Failures do not stop

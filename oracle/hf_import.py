@@ -414,11 +414,12 @@ def _nemotron_h(r: _Reader) -> dict[str, Any]:
     types = r.opt("layers_block_type", r.opt("layer_types", []))
     pattern = r.opt("hybrid_override_pattern")
     if types:
-        bad = sorted({str(t) for t in types if t not in _HF_BLOCK_SYMBOL})
+        known = [t if isinstance(t, str) and t in _HF_BLOCK_SYMBOL else None for t in types]
+        bad = sorted({clip(repr(t), 40) for t, k in zip(types, known) if k is None})
         if bad:
-            r.problems.append(f"config.json (model_type {r.model_type!r}): layers_block_type entries {bad} are not "
-                              f"one of {', '.join(_HF_BLOCK_SYMBOL)}")
-        pattern = "".join(_HF_BLOCK_SYMBOL.get(t, "?") for t in types)
+            r.problems.append(f"config.json (model_type {r.model_type!r}): layers_block_type entries {', '.join(bad)} "
+                              f"are not one of {', '.join(_HF_BLOCK_SYMBOL)}")
+        pattern = "".join(_HF_BLOCK_SYMBOL[k] for k in known if k is not None) if not bad else None
     elif not isinstance(pattern, str) or not pattern:
         r.missing.append("hybrid_override_pattern (or layers_block_type)")
         pattern = None

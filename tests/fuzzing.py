@@ -456,6 +456,12 @@ def kinds() -> dict[str, Kind]:
         "hf-config-nested": Kind("hf-config-nested", lambda: json.loads((ROOT / "tests/fixtures/hf/dbrx-base/config.json")
                                                                         .read_text()),
                                  _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
+        "hf-config-hybrid": Kind("hf-config-hybrid", lambda: json.loads((ROOT / "tests/fixtures/hf/"
+                                                                         "nvidia-nemotron-3-nano-30b-a3b/config.json")
+                                                                        .read_text()),
+                                 _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
+        "model-card-hybrid": Kind("model-card-hybrid", lambda: _load_yaml("oracle/models/nemotronh-8b.yaml"),
+                                  _write_yaml("card.yaml"), lambda p, tmp: ["models", "show", str(p)], _lib_card),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
         "megatron-args": Kind("megatron-args", _launch_seed, _write_text("launch.txt", _launch_line), _launch_argv,
                               _lib_launch),

@@ -205,6 +205,16 @@ def _hf(**changes) -> dict:
     return {**base, **changes}
 
 
+@pytest.mark.parametrize("folder,bundled", [("nemotron-h-8b-base-8k", "nemotronh-8b"),
+                                              ("nvidia-nemotron-3-nano-30b-a3b", "nemotron3-nano-30b-a3b")])
+def test_the_config_json_fixtures_import_to_the_bundled_cards(folder, bundled):
+    from pathlib import Path
+    card = load_model(str(Path(__file__).parents[1] / "fixtures" / "hf" / folder / "config.json"))
+    ref = load_model(bundled)
+    assert card.name == folder and card.layer_kinds == ref.layer_kinds
+    assert card.total_params() == ref.total_params() and card.active_params() == ref.active_params()
+
+
 def test_a_nemotron_h_config_json_imports_to_the_bundled_card():
     card, bundled = card_from_hf_config(_hf(), "Nemotron-H-8B"), load_model("nemotronh-8b")
     assert card.layer_kinds == bundled.layer_kinds and card.total_params() == bundled.total_params()
