@@ -24,7 +24,8 @@ from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
 from oracle.model_card import MOE_KINDS
 from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, SSD, SSD_KERNELS_B, UNFUSED_SOFTMAX, Op, Shapes, embedding_ops,
-                            layer_ops, moe_pairs, output_ops, qkv_gather_bytes, ssd_matmuls)
+                            layer_ops, mamba_cp_a2a_bytes, moe_pairs, output_ops, qkv_gather_bytes,
+                            ssd_matmuls)
 
 BF16 = 2
 FP32 = 4
@@ -492,6 +493,12 @@ class LayerModel:
         if t.cp > 1 and o.attention is not None:
             att = o.attention
             comm["cp"] = self._cp_comm(att[1], att[2], att[0].d_qk, att[0].d_v)
+        elif t.cp > 1 and kind == "mamba":
+            # Mamba context parallelism: all-to-alls to head sharding before the conv and the scan and back after
+            # (their gradients the same way back in backward), outside any overlap: exposed
+            pre, post = mamba_cp_a2a_bytes(m, self.shapes)
+            a2a = sum(self._coll("all_to_all", "cp", x).time_s for x in (pre, post))
+            comm["cp"] = CommPart(a2a, a2a, a2a, a2a, "direct")
         if kind in MOE_KINDS:
             comm.update(self._moe_comm(o.moe_f, o.moe_bw, moe_pairs(m, self.shapes), layer_f=f, layer_b=b, layer_w=w,
                                        shared_f=o.shared_f, shared_bw=o.shared_bw))

@@ -172,9 +172,13 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
     if heads % t.tp or groups % t.tp:
         p.append(f"tp={t.tp} must divide the {heads} Mamba heads and the {groups} Mamba groups of {m.name} "
                  f"(Megatron-Core MambaMixer: each TP rank holds whole heads and groups)")
-    if t.cp > 1:
-        p.append(f"cp={t.cp} with the Mamba layers of {m.name}: Mamba context parallelism (its all-to-all "
-                 f"between sequence and head sharding) is not modelled; use cp=1")
+    elif t.cp > 1:
+        # MambaContextParallel: the heads of a TP rank shard over cp; its groups shard too, or repeat when fewer
+        g = groups // t.tp
+        if (heads // t.tp) % t.cp or (t.cp % g if g < t.cp else g % t.cp):
+            p.append(f"cp={t.cp} with tp={t.tp}: Mamba context parallelism shards each TP rank's {heads // t.tp} "
+                     f"heads and {g} groups over cp (Megatron-Core MambaContextParallel): cp must divide the heads, "
+                     f"and divide or be a multiple of the groups")
     if t.precision != "bf16" and m.mamba_in_proj_width % 16:
         p.append(f"precision={t.precision} with {m.name}: the Mamba in_proj output width {m.mamba_in_proj_width} "
                  f"must be a multiple of 16 for FP8 (Megatron-Core MambaMixer)")

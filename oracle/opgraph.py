@@ -703,38 +703,72 @@ state, state passing) and the gradient kernels (chunk scan dstates / dz / dx / d
 bmm chunk, dA cumsum, conv1d)."""
 
 
+def mamba_cp_groups(card, tp: int, cp: int) -> tuple[int, int]:
+    """(B/C groups on a rank after the context-parallel all-to-all, their repeat count): Megatron-Core
+    MambaContextParallel shards each TP rank's heads over cp; with fewer local groups than cp ranks each group's B
+    and C are repeated so every rank holds its heads' group (groups_local_tpcp = 1, repeat = cp / groups)."""
+    g = card.mamba_num_groups // tp
+    return (1, cp // g) if g < cp else (g // cp, 1)
+
+
+def mamba_cp_a2a_bytes(card, s: Shapes) -> tuple[float, float]:
+    """Bytes per rank of a Mamba layer's context-parallel all-to-alls (MambaContextParallel ``pre_conv_ssm``: z, x,
+    B, C (repeated), dt from sequence- to head-sharding before the conv and the scan; ``post_conv_ssm``: the scan's
+    output back), forward; the backward sends the same back. (0, 0) without CP."""
+    if s.cp == 1:
+        return 0.0, 0.0
+    tp, T = s.tp, s.T
+    _, rep = mamba_cp_groups(card, tp, s.cp)
+    d_in, bc = card.mamba_d_inner // tp, 2 * rep * card.mamba_num_groups // tp * card.mamba_state_dim
+    return BF16 * T * (2 * d_in + bc + card.mamba_heads // tp), BF16 * T * d_in
+
+
 def mamba_ops(card, s: Shapes) -> list[Op]:
     """A Mamba-2 layer (Megatron-Core MambaLayer / MambaMixer, training path ``use_mem_eff_path``): input norm (fused
     into in_proj), in_proj to z, x, B, C, dt, the layout transpose of that output, the fused split-conv1d-scan
-    (SSD), the gated group RMSNorm over the scan's output, out_proj, residual add. TP splits heads and groups."""
-    H, tp, T, Tsp, dt, b_g = card.hidden_size, s.tp, s.T, s.T_sp, s.dtype, s.saved_gemm_bytes
+    (SSD), the gated group RMSNorm over the scan's output, out_proj, residual add. TP splits heads and groups; with
+    context parallelism (MambaContextParallel) the conv and the scan run over the whole sequence for heads /
+    (tp x cp) between two all-to-alls (oracle.compute prices them)."""
+    H, tp, cp, T, Tsp, dt, b_g = card.hidden_size, s.tp, s.cp, s.T, s.T_sp, s.dtype, s.saved_gemm_bytes
     in_w, d_in = card.mamba_in_proj_width // tp, card.mamba_d_inner // tp
-    heads, groups = card.mamba_heads // tp, card.mamba_num_groups // tp
-    conv = card.mamba_conv_dim // tp
-    n_state, q = card.mamba_state_dim, card.mamba_chunk_size
-    seq = s.seq_len // s.cp
+    n_state, q, p = card.mamba_state_dim, card.mamba_chunk_size, card.mamba_head_dim
+    heads = card.mamba_heads // tp // cp  # the heads this rank scans
+    groups, _ = mamba_cp_groups(card, tp, cp)
+    d_scan = heads * p  # d_inner of those heads
+    conv = d_scan + 2 * groups * n_state  # x, B, C channels of the depthwise conv1d
+    seq = s.seq_len  # every token of each sequence (the CP all-to-all gathers the sequence, shards the heads)
+    tokens = s.mbs * seq  # tokens the scan sees (T x cp)
     chunks = s.mbs * -(-seq // q)
-    states_b = FP32 * chunks * heads * card.mamba_head_dim * n_state  # fp32 chunk states (mamba_ssm state_dtype)
+    states_b = FP32 * chunks * heads * p * n_state  # fp32 chunk states (mamba_ssm state_dtype)
     # forward traffic per token (bf16): conv1d reads x B C and writes them convolved; the scan kernels read the
     # convolved x B C again (chunk state, chunk scan), z and dt, and write the gated output and the ungated
     # out_x; the chunk states are written, read and rewritten by state passing, read by chunk scan
-    ssd_bytes = BF16 * T * (2 * conv + conv + d_in + heads + 2 * d_in) + 4 * states_b
+    ssd_bytes = BF16 * tokens * (2 * conv + conv + d_scan + heads + 2 * d_scan) + 4 * states_b
     ops = [_norm_op(card, s, "mamba_norm", KEPT),
            Op(name="in_proj", kind=GEMM, m=T, n=in_w, k=H, dtype=dt, host_ops=2,
               saved=(Saved("in_proj_input", Tsp * H * b_g),)),
            # rearrange(zxBCdt, "l b d -> b l d").contiguous(): a copy of the projection's output
-           Op(name="mamba_transpose", kind=MEMORY, bytes_f=BF16 * 2 * T * in_w, host_ops=2),
-           # mamba_split_conv1d_scan_combined keeps its input zxBCdt and the scan's ungated output (out_x) and
-           # recomputes the conv1d and the chunk states in backward
-           Op(name="mamba_ssd", kind=SSD, batch_heads=s.mbs * heads, s_q=seq, d_v=card.mamba_head_dim,
-              state=n_state, state_groups=s.mbs * groups, chunk=q, bytes_f=ssd_bytes, kernels=SSD_KERNELS_F,
-              host_ops=8, saved=(Saved("zxbcdt", T * in_w * BF16), Saved("out_x", T * d_in * BF16))),
-           # the output back to "l b d" (contiguous), then ExtendedRMSNorm over groups of d_inner / ngroups
-           # (norm_before_gate=False: the scan already gated it with silu(z)); it keeps its input
-           Op(name="mamba_out_norm", kind=MEMORY, bytes_f=BF16 * 4 * T * d_in, kernels=2, host_ops=4,
-              saved=(Saved("norm_input", T * d_in * BF16),)),
-           Op(name="out_proj", kind=GEMM, m=T, n=H, k=d_in, dtype=dt, host_ops=2,
-              saved=(Saved("out_proj_input", T * d_in * b_g),))]
+           Op(name="mamba_transpose", kind=MEMORY, bytes_f=BF16 * 2 * T * in_w, host_ops=2)]
+    if cp > 1:
+        # around the all-to-alls (read + write each): the split projection packed per destination and unpacked
+        # (all_to_all_sp2hp), concatenated, its load-balanced chunk order undone; the scan's output reordered and
+        # packed back (MambaContextParallel pre_conv_ssm / post_conv_ssm)
+        pre, post = mamba_cp_a2a_bytes(card, s)
+        ops.append(Op(name="mamba_cp_copies", kind=MEMORY, bytes_f=2 * (3 * pre + 2 * post), kernels=16,
+                      host_ops=24))
+    ops += [
+        # mamba_split_conv1d_scan_combined keeps its input zxBCdt and the scan's ungated output (out_x) and
+        # recomputes the conv1d and the chunk states in backward (under CP: this rank's heads, whole sequence,
+        # the same bytes)
+        Op(name="mamba_ssd", kind=SSD, batch_heads=s.mbs * heads, s_q=seq, d_v=p, state=n_state,
+           state_groups=s.mbs * groups, chunk=q, bytes_f=ssd_bytes, kernels=SSD_KERNELS_F, host_ops=8,
+           saved=(Saved("zxbcdt", T * in_w * BF16), Saved("out_x", T * d_in * BF16))),
+        # the output back to "l b d" (contiguous), then ExtendedRMSNorm over groups of d_inner / ngroups
+        # (norm_before_gate=False: the scan already gated it with silu(z)); it keeps its input
+        Op(name="mamba_out_norm", kind=MEMORY, bytes_f=BF16 * 4 * T * d_in, kernels=2, host_ops=4,
+           saved=(Saved("norm_input", T * d_in * BF16),)),
+        Op(name="out_proj", kind=GEMM, m=T, n=H, k=d_in, dtype=dt, host_ops=2,
+           saved=(Saved("out_proj_input", T * d_in * b_g),))]
     if dt != "bf16":
         ops.append(_quant_op(s, "mamba_quant", _cast_bytes(s, T * H + T * d_in), PRE_SYNC))
     ops.append(Op(name="mamba_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1,

@@ -160,8 +160,27 @@ def test_a_56b_projection_splits_its_time_and_memory():
     assert "mamba_layer x54" in names and "attention_layer x10" in names and "mlp_layer x54" in names
 
 
+def test_context_parallelism_shards_the_scan_by_heads_between_two_all_to_alls():
+    one, two = _run(num_gpus=16, tp=2, seq_len=32768, gbs=32), _run(num_gpus=16, tp=2, cp=2, seq_len=32768, gbs=32)
+    ssd = [next(op for op in layer_ops(r.model, Shapes.of(r), "mamba") if op.kind == SSD) for r in (one, two)]
+    assert ssd[0].s_q == ssd[1].s_q == 32768  # the whole sequence, half the heads
+    assert ssd[1].batch_heads * 2 == ssd[0].batch_heads and ssd[1].flops_f * 2 == ssd[0].flops_f
+    lm = LayerModel(Layout(two), comm_model(two.cluster.hardware, two.cluster.num_gpus))
+    cp = lm.layer("mamba").comm["cp"]
+    assert cp.f_total_s > 0 and cp.f_exposed_s == cp.f_total_s  # no overlap
+    assert "cp" not in LayerModel(Layout(one), comm_model(one.cluster.hardware, 16)).layer("mamba").comm
+    m1, m2 = (project_memory(r, trees="none").stages[0].activations_bytes for r in (one, two))
+    assert m2 == pytest.approx(m1 / 2, rel=0.02)  # each rank saves half the tokens
+
+
+def test_context_parallelism_needs_whole_heads_per_rank():
+    card = {"based_on": "nemotronh-8b", "name": "nh-24-heads", "mamba_num_heads": 24}
+    with pytest.raises(InvalidConfigError, match="cp must divide the heads"):
+        RunConfig.from_dict({"model": card, "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
+                             "training": {"cp": 16, "seq_len": 65536, "gbs": 16}})
+
+
 @pytest.mark.parametrize("training,match", [
-    (dict(cp=2), "Mamba context parallelism"),
     (dict(tp=16), "must divide the 128 Mamba heads and the 8 Mamba groups"),
     (dict(framework="torchtitan", fsdp=True), "TorchTitan has no Mamba layer"),
 ])
