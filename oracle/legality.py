@@ -166,6 +166,16 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
     if t.framework != "megatron":
         p.append(f"framework={t.framework} with {m.name}: a hybrid Mamba model runs in Megatron-Core "
                  f"(HybridModel); TorchTitan has no Mamba layer")
+    # Megatron-Core select_pipeline_segment: a hybrid model's stages are an even split, first/last stage layer
+    # counts, or '|' separators in its pattern (here: pipeline_model_parallel_layout, one '|' per boundary)
+    if t.vpp > 1 and not t.pipeline_model_parallel_layout:
+        p.append(f"vpp={t.vpp} with the hybrid model {m.name}: Megatron-Core takes virtual pipeline stages of a "
+                 f"hybrid model only from '|' separators in its layer pattern; give them as "
+                 f"pipeline_model_parallel_layout (one '|' per stage boundary), or use vpp=1")
+    if t.account_for_embedding_in_pipeline_split or t.account_for_loss_in_pipeline_split:
+        p.append(f"account_for_embedding/loss_in_pipeline_split with the hybrid model {m.name}: Megatron-Core "
+                 f"splits a hybrid model by its layer pattern (evenly, decoder_first/last_pipeline_num_layers, or "
+                 f"'|' separators: pipeline_model_parallel_layout), not by these flags")
     if "mamba" not in m.layer_kinds:
         return p
     heads, groups = m.mamba_heads, m.mamba_num_groups

@@ -189,6 +189,17 @@ def test_layouts_the_mamba_mixer_cannot_run_are_refused(training, match):
         _run(num_gpus=16, **training)
 
 
+def test_hybrid_pipeline_stages_are_an_even_split_first_last_counts_or_an_explicit_layout():
+    with pytest.raises(InvalidConfigError, match="only from '\\|' separators in its layer pattern"):
+        _run(num_gpus=16, pp=2, vpp=2)
+    with pytest.raises(InvalidConfigError, match="not by these flags"):
+        _run(num_gpus=16, pp=2, account_for_embedding_in_pipeline_split=True)
+    assert project(_run(num_gpus=16, pp=2)).tokens_per_s_per_gpu > 0  # 26 layers a stage
+    # '|' boundaries as a layout: 4 virtual stages of 13 layers
+    layout = "E" + "t" * 13 + "|" + "t" * 13 + "|" + "t" * 13 + "|" + "t" * 13 + "L"
+    assert project(_run(num_gpus=16, pp=2, vpp=2, pipeline_model_parallel_layout=layout)).tokens_per_s_per_gpu > 0
+
+
 def test_a2a_overlap_on_a_hybrid_moe_is_refused():
     with pytest.raises(InvalidConfigError, match="not modelled for Mamba layers"):
         _run("nemotron3-nano-30b-a3b", ep=8, moe_a2a_overlap=True)
