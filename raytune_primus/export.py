@@ -95,6 +95,14 @@ LAYOUT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_l
                "account_for_loss_in_pipeline_split", "pipeline_split")
 
 
+def _hybrid_pattern_with_stages(run: RunConfig) -> str:
+    """A hybrid model's layer pattern with a '|' at every virtual-stage boundary of ``run``'s layout (Megatron-Core
+    select_pipeline_segment reads its stages, and the virtual stages, from them)."""
+    from oracle.layout import Layout
+    pattern = run.model.hybrid_pattern or ""
+    return "|".join("".join(pattern[i] for i in st.layers) for st in Layout(run).assignment.stages)
+
+
 def _recompute(run: RunConfig) -> tuple[list[tuple[str, Any]], str | None]:
     """Megatron recompute options (names with underscores) and a problem, if the value has no exact form."""
     t = run.training
@@ -132,7 +140,12 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     put("pipeline_model_parallel_size", t.pp, "pp")
     schedule = t.schedule
     done.add("pp_schedule")
-    if t.vpp > 1 and not getattr(t, "pipeline_model_parallel_layout", None):  # a layout states its stages
+    hybrid_stages = run.model.is_hybrid and bool(getattr(t, "pipeline_model_parallel_layout", None))
+    if hybrid_stages:
+        # Megatron-LM refuses --pipeline-model-parallel-layout and --num-virtual-stages-per-pipeline-rank with
+        # --hybrid-layer-pattern: a hybrid model's stage boundaries are '|' in its pattern (validate_args)
+        put("hybrid_layer_pattern", _hybrid_pattern_with_stages(run), "vpp")
+    elif t.vpp > 1 and not getattr(t, "pipeline_model_parallel_layout", None):  # a layout states its stages
         n = _layers_per_virtual_stage(run)
         if n is not None and not _layout(run):
             put("num_layers_per_virtual_pipeline_stage", n, "vpp")
@@ -245,7 +258,8 @@ def _megatron_options(run: RunConfig, *, primus: bool) -> Export:
     elif primus:
         put("cross_entropy_loss_fusion", False)
     for k, v in _layout(run).items():
-        put(k, v)
+        if not (hybrid_stages and k == "pipeline_model_parallel_layout"):
+            put(k, v)
     done.update(LAYOUT_KEYS)
     done.update(("framework", "torch_compile"))
     if t.framework != "megatron":

@@ -189,6 +189,10 @@ def megatron_model_argv(card: ModelCard, seq_len: int) -> list[str]:
             "--tokenizer-type", "NullTokenizer", "--train-iters", 10, "--lr", 1e-4]
     if card.ffn_hidden_size:
         argv += ["--ffn-hidden-size", card.ffn_hidden_size]
+    if card.is_hybrid:  # the pattern (an export with stage boundaries restates it with '|', the last one wins)
+        argv += ["--hybrid-layer-pattern", card.hybrid_pattern, "--mamba-num-heads", card.mamba_heads,
+                 "--mamba-head-dim", card.mamba_head_dim, "--mamba-state-dim", card.mamba_state_dim,
+                 "--mamba-num-groups", card.mamba_num_groups]
     if card.head_dim:
         argv += ["--kv-channels", card.head_dim]
     if card.num_query_groups and card.num_query_groups != card.num_attention_heads:

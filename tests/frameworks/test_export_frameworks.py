@@ -81,6 +81,12 @@ CASES: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "dense-first-last-bf16": ("llama3.1-8b", "b200", 8, dict(
         seq_len=8192, gbs=32, precision="fp8", fp8_recipe="mxfp8", first_last_layers_bf16=True,
         num_layers_at_start_in_bf16=2, num_layers_at_end_in_bf16=2)),
+    "hybrid-mamba-virtual-stages-graphs": ("nemotronh-8b", "h100-sxm", 16, dict(
+        seq_len=8192, gbs=64, tp=2, pp=2, vpp=2, precision="fp8", fp8_recipe="tensorwise",
+        pipeline_model_parallel_layout="E" + "t" * 13 + "|" + "t" * 13 + "|" + "t" * 13 + "|" + "t" * 13 + "L",
+        cuda_graph_impl="transformer_engine", cuda_graph_scope=["mamba", "attn"])),
+    "hybrid-moe-mamba-cp": ("nemotron3-nano-30b-a3b", "b200", 16, dict(
+        seq_len=16384, gbs=64, tp=2, cp=2, ep=4, precision="fp8", fp8_recipe="mxfp8")),
     "mla-moe-layout-mtp": ("deepseek-v3", "b200", 256, dict(
         seq_len=4096, gbs=2048, pp=8, vpp=2, ep=32, precision="fp8", fp8_recipe="mxfp8",
         pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL", recompute="selective",
