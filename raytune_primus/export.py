@@ -397,7 +397,10 @@ def _torchtitan(run: RunConfig) -> Export:
     done.update(("framework", "torch_compile"))
     if t.torch_compile:
         opt.append(("compile.enable", True))
-    if t.framework != "torchtitan":
+    if run.model.is_hybrid:
+        unsup.append(("model", run.model.name, "a hybrid Mamba model: TorchTitan 0.3 has no Mamba layer (Megatron-Core "
+                                               "HybridModel runs it)"))
+    elif t.framework != "torchtitan":
         unsup.append(("framework", t.framework, "the projection priced Megatron/Transformer Engine kernels; "
                                                 "re-project with framework=torchtitan for TorchTitan's"))
     opt.append(("activation_checkpoint", t.recompute))  # a subcommand: activation_checkpoint:<mode>, last

@@ -47,6 +47,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
     p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep", "ncclep"])
     p.add_argument("--pipeline-model-parallel-layout", type=str)
+    p.add_argument("--hybrid-layer-pattern", type=str)
     p.add_argument("--moe-expert-capacity-factor", type=float)
     p.add_argument("--cuda-graph-impl", choices=["none", "local", "transformer_engine", "full_iteration"])
     p.add_argument("--cuda-graph-modules", nargs="*", type=str)
@@ -316,3 +317,19 @@ def test_export_cli_config_and_results_dir(capsys, tmp_path):
     assert main(["export", str(empty), "--to", "primus"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "summary.json" in err
+
+
+def test_a_hybrid_model_layout_is_exported_as_stage_boundaries_in_its_pattern():
+    """Megatron-LM takes a hybrid model's (virtual) stages from '|' in --hybrid-layer-pattern and refuses the layout
+    and virtual-stage flags beside it; TorchTitan has no Mamba layer and says so."""
+    layout = "E" + "t" * 13 + "|" + "t" * 13 + "|" + "t" * 13 + "|" + "t" * 13 + "L"
+    run = RunConfig.from_dict({"model": "nemotronh-8b", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
+                               "training": {"seq_len": 8192, "gbs": 64, "tp": 2, "pp": 2, "vpp": 2,
+                                            "pipeline_model_parallel_layout": layout}})
+    text = export_run(run, "megatron")
+    assert "--pipeline-model-parallel-layout" not in text and "--num-virtual-stages-per-pipeline-rank" not in text
+    pattern = parse_megatron(text).hybrid_layer_pattern
+    segments = pattern.split("|")
+    assert len(segments) == 4 and all(len(x) == 13 for x in segments)
+    assert "".join(segments) == run.model.hybrid_pattern
+    assert "TorchTitan 0.3 has no Mamba layer" in comments(export_run(run, "torchtitan"))
