@@ -739,11 +739,13 @@ def mamba_ops(card, s: Shapes) -> list[Op]:
     seq = s.seq_len  # every token of each sequence (the CP all-to-all gathers the sequence, shards the heads)
     tokens = s.mbs * seq  # tokens the scan sees (T x cp)
     chunks = s.mbs * -(-seq // q)
-    states_b = FP32 * chunks * heads * p * n_state  # fp32 chunk states (mamba_ssm state_dtype)
+    states = chunks * heads * p * n_state  # inter-chunk states, one (P x N) per chunk and head
     # forward traffic per token (bf16): conv1d reads x B C and writes them convolved; the scan kernels read the
     # convolved x B C again (chunk state, chunk scan), z and dt, and write the gated output and the ungated
-    # out_x; the chunk states are written, read and rewritten by state passing, read by chunk scan
-    ssd_bytes = BF16 * tokens * (2 * conv + conv + d_scan + heads + 2 * d_scan) + 4 * states_b
+    # out_x. The chunk states: chunk_state writes them in fp32, state passing reads them and writes them in the
+    # training state dtype (Megatron-Core mamba_training_ssm_states_dtype, default the params dtype: bf16),
+    # chunk scan reads those (mamba_ssm ssd_combined _mamba_chunk_scan_combined_fwd)
+    ssd_bytes = BF16 * tokens * (2 * conv + conv + d_scan + heads + 2 * d_scan) + (FP32 + FP32 + BF16 + BF16) * states
     ops = [_norm_op(card, s, "mamba_norm", KEPT),
            Op(name="in_proj", kind=GEMM, m=T, n=in_w, k=H, dtype=dt, host_ops=2,
               saved=(Saved("in_proj_input", Tsp * H * b_g),)),
