@@ -26,7 +26,7 @@ HYBRID_SYMBOLS: dict[str, str] = {"M": "mamba", "*": "attention", "-": "mlp", "E
 """Megatron-Core hybrid layer pattern symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols) and
 the layer kind each is: a Mamba-2 mixer, an attention-only layer, an MLP-only layer, a MoE-only layer."""
 HYBRID_UNMODELLED: dict[str, str] = {"G": "gated delta net", "D": "DeepSeek sparse attention", "+": "MLA",
-                                     "|": "pipeline stage boundaries", "/": "MTP patterns"}
+                                     "/": "MTP patterns"}
 """Pattern symbols Megatron-Core takes that this oracle does not model."""
 LAYER_KINDS: tuple[str, ...] = ("dense", "moe", "mamba", "attention", "mlp", "moe_mlp")
 """Every decoder layer kind: a transformer layer with a dense MLP or a MoE block, and the hybrid kinds."""
@@ -436,10 +436,15 @@ class ModelCard:
         bad = sorted(set(pat) - set(HYBRID_SYMBOLS))
         for c in bad:
             what = HYBRID_UNMODELLED.get(c)
+            if c == "|":  # a stage boundary belongs to the run's layout, not to the card
+                p.append(f"{w}: hybrid_pattern has '|' stage boundaries: a card holds the layers only; give the "
+                         f"stages as training.pipeline_model_parallel_layout (one '|' per boundary)")
+                continue
             p.append(f"{w}: hybrid_pattern symbol {c!r} " + (f"({what}) is not modelled" if what else "is unknown")
                      + f"; valid: {', '.join(f'{k} {v}' for k, v in HYBRID_SYMBOLS.items())}")
-        if len(pat) != self.num_layers:
-            p.append(f"{w}: hybrid_pattern has {len(pat)} symbols but num_layers={self.num_layers} (one per layer)")
+        layers = len(pat) - pat.count("|")
+        if layers != self.num_layers:
+            p.append(f"{w}: hybrid_pattern has {layers} layer symbols but num_layers={self.num_layers} (one per layer)")
         if "E" in pat and not self.is_moe:
             p.append(f"{w}: hybrid_pattern has MoE layers (E) but num_experts=0")
         if "-" in pat and not self.ffn_hidden_size:

@@ -214,7 +214,8 @@ def _card(**changes) -> dict:
 
 @pytest.mark.parametrize("changes,match", [
     (dict(hybrid_pattern="MG*-"), "symbol 'G' \\(gated delta net\\) is not modelled"),
-    (dict(hybrid_pattern="M*M-M"), "5 symbols but num_layers=4"),
+    (dict(hybrid_pattern="M*M-M"), "5 layer symbols but num_layers=4"),
+    (dict(hybrid_pattern="M*|M-"), "give the stages as training.pipeline_model_parallel_layout"),
     (dict(hybrid_pattern="M*ME"), "MoE layers \\(E\\) but num_experts=0"),
     (dict(ffn_hidden_size=None), "MLP layers \\(-\\) but no ffn_hidden_size"),
     (dict(mtp_layers=1), "MTP layers of a hybrid model are not modelled"),
