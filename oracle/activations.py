@@ -567,9 +567,46 @@ _BLOCK_PARTS = {
 }
 
 
+COMPUTE_ONLY_SHAPE_FIELDS = frozenset({"dtype", "dispatcher", "router_fusion", "fused_mlp", "wgrad_c_bytes",
+                                       "output_dtype", "attention_dtype"})
+"""Shapes fields no block reads: they change what an op costs (its GEMM or attention precision, the bytes and
+kernels of a cast, a permute, the router's top-k or the expert activation, the weight-gradient traffic), not the
+tensors it saves nor the parameters it holds (each saved GEMM input is sized by ``saved_gemm_bytes``, which is
+kept). Shapes that differ only in them share their blocks (tests/oracle/test_activations_opgraph.py builds the
+blocks of each such shape again and compares)."""
+_MEMORY_FIELDS: tuple[str, ...] = ()
+
+
+def _memory_key(s: Shape) -> tuple:
+    """What the blocks of ``s`` depend on: every field but :data:`COMPUTE_ONLY_SHAPE_FIELDS`."""
+    global _MEMORY_FIELDS
+    g = s.graph
+    if not _MEMORY_FIELDS:
+        from dataclasses import fields
+        _MEMORY_FIELDS = tuple(f.name for f in fields(g) if f.init and f.name not in COMPUTE_ONLY_SHAPE_FIELDS)
+    return (*[getattr(g, f) for f in _MEMORY_FIELDS], s.tokens, s.seq_tokens, s.assumptions)
+
+
+_BY_MEMORY_KEY: dict[tuple, Blocks] = {}
+
+
 @lru_cache(maxsize=2048)
 def blocks(card: ModelCard, s: Shape) -> Blocks:
-    return Blocks(card, s)
+    """The blocks of ``card`` at ``s``: those of an earlier shape that differs from ``s`` only in fields no block
+    reads (:data:`COMPUTE_ONLY_SHAPE_FIELDS`), else new ones."""
+    key = (card, _memory_key(s))
+    hit = _BY_MEMORY_KEY.get(key)
+    if hit is None:
+        if len(_BY_MEMORY_KEY) > 2048:
+            _BY_MEMORY_KEY.clear()
+        hit = _BY_MEMORY_KEY[key] = Blocks(card, s)
+    return hit
+
+
+def clear_block_caches() -> None:
+    """Forget every built block (tests that edit the op graph build them again)."""
+    blocks.cache_clear()
+    _BY_MEMORY_KEY.clear()
 
 
 def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None = None,

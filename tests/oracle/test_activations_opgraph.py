@@ -63,15 +63,15 @@ def _patched_layer_ops(monkeypatch, edit) -> None:
     def edited(card, s, kind, window=None):
         return [edit(op) for op in original(card, s, kind, window)]
 
-    blocks.cache_clear()
+    activations.clear_block_caches()
     monkeypatch.setattr(activations, "layer_ops", edited)
 
 
 @pytest.fixture(autouse=True)
 def _fresh_block_cache():
-    blocks.cache_clear()
+    activations.clear_block_caches()
     yield
-    blocks.cache_clear()
+    activations.clear_block_caches()
 
 
 def test_adding_a_saved_tensor_to_an_op_adds_its_bytes(monkeypatch):
@@ -148,3 +148,23 @@ def test_embedding_and_head_blocks_are_shared_only_where_they_are_equal():
         assert blocks(card, s).embedding == activations._embedding(card, s)
         assert blocks(card, s).head == activations._head(card, s, True)
         assert blocks(card, s).head_no_weight == activations._head(card, s, False)
+
+
+def test_layer_blocks_are_shared_only_where_they_are_equal():
+    """Shapes that differ only in what no block reads (``COMPUTE_ONLY_SHAPE_FIELDS``: precision of a GEMM or of
+    attention, dispatcher, router / MLP fusion, weight-gradient traffic) share their blocks: for every shape of a
+    sample of several spaces the shared layer block equals the one its builder makes for that shape, field by
+    field (parameters, saved tensors and what each recompute mode drops), and some are shared."""
+    from tests.oracle.test_compute_edges import edge_sample_runs
+
+    activations.clear_block_caches()
+    runs = edge_sample_runs() + [make("nemotron3-nano-30b-a3b", num_gpus=8, tp=2, ep=4, seq_len=4096, gbs=32,
+                                      **kw) for kw in ({}, {"moe_a2a_backend": "deepep"}, {"precision": "fp8"},
+                                                       {"moe_router_fusion": True})]
+    other = MemoryAssumptions(flash_attention=False, dropout=True, router_fp32=False)
+    shapes = {shape_of(r): r for r in runs} | {shape_of(r, other): r for r in runs[::5]}
+    assert len(shapes) > len({(r.model, activations._memory_key(s)) for s, r in shapes.items()})
+    for s, r in shapes.items():
+        card = r.model
+        for kind in set(card.layer_kinds):
+            assert blocks(card, s).layer(kind) == activations._layer(card, s, kind), (card.name, kind)
