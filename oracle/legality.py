@@ -300,6 +300,13 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
             p.append(f"fp8_dot_product_attention=true needs FP8 tensor cores; {hw.name} has none")
         if t.framework != "megatron":
             p.append("fp8_dot_product_attention=true is Transformer Engine's FP8 attention: it needs framework=megatron")
+        if m.attention_sinks and hw.vendor.lower() == "nvidia" and not hw.fp8_any_layout:
+            # TE get_attention_backend: learnable softmax disables FlashAttention; in FP8 it disables the unfused
+            # path and, before compute capability 10.0 (or with cuDNN < 9.21), the fused one (TE 2.20; 2.8-2.19
+            # disable both everywhere): no backend is left
+            p.append(f"fp8_dot_product_attention=true with {m.name}'s learnable softmax sinks: Transformer Engine has "
+                     f"an FP8 attention backend for sink attention only on Blackwell with cuDNN >= 9.21 (TE 2.20); "
+                     f"{hw.name} is {hw.arch}: use fp8_dot_product_attention=false")
     if t.attention_backend == "local":
         p.append("attention_backend=local is Megatron-Core's own attention, which needs --spec local (layers without "
                  "Transformer Engine: not priced here); valid: auto, flash, fused, or unfused (Transformer Engine's "

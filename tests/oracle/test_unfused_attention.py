@@ -131,3 +131,16 @@ def test_a_published_row_whose_recipe_states_a_backend_is_priced_with_it_or_says
     assert unfused.projected < auto.projected and local.projected == auto.projected
     assert any(e.startswith("attention_backend=local (illegal with the row's other settings: "
                             "attention_backend=local is Megatron-Core's own attention") for e in local.recipe_ignored)
+
+
+def test_fp8_attention_with_softmax_sinks_needs_blackwell():
+    """Transformer Engine has no FP8 attention backend for learnable softmax sinks before compute capability 10.0
+    (TE 2.20 get_attention_backend: FlashAttention never takes sinks, the unfused path never FP8, the fused one
+    only on sm >= 100 with cuDNN >= 9.21)."""
+    spec = {"model": "gpt-oss-120b", "training": {"seq_len": 4096, "gbs": 256, "ep": 8, "precision": "fp8",
+                                                    "fp8_dot_product_attention": True}}
+    with pytest.raises(InvalidConfigError, match="learnable softmax sinks: Transformer Engine has an FP8 attention"):
+        RunConfig.from_dict({**spec, "cluster": {"hardware": "h100-sxm", "num_gpus": 64}})
+    assert RunConfig.from_dict({**spec, "cluster": {"hardware": "b200", "num_gpus": 64}}).training.fp8_dot_product_attention
+    llama = {**spec, "model": "llama3.1-8b", "training": {**spec["training"], "ep": 1}}
+    assert RunConfig.from_dict({**llama, "cluster": {"hardware": "h100-sxm", "num_gpus": 64}})  # no sinks: FP8 attention
