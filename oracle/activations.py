@@ -235,12 +235,14 @@ def mamba_params_per_gpu(card: ModelCard, tp: int) -> tuple[float, float]:
     return card.mamba_gemm_params() / tp, rest / tp + card.norm_params(card.hidden_size)
 
 
-def mlp_params_per_gpu(card: ModelCard, ffn: float, tp: int) -> float:
-    """One MLP / expert of width ``ffn`` split over ``tp`` (fc1 column-, fc2 row-parallel)."""
+def mlp_params_per_gpu(card: ModelCard, ffn: float, tp: int, width: int | None = None) -> float:
+    """One MLP / expert of intermediate size ``ffn`` on ``width`` (default hidden_size; a latent MoE's experts:
+    expert_width) split over ``tp`` (fc1 column-, fc2 row-parallel)."""
     up = 2 if card.gated else 1
-    p = (up + 1) * card.hidden_size * ffn / tp
+    w = width or card.hidden_size
+    p = (up + 1) * w * ffn / tp
     if card.linear_bias:
-        p += up * ffn / tp + card.hidden_size  # fc2 bias replicated
+        p += up * ffn / tp + w  # fc2 bias replicated
     return p
 
 
@@ -249,7 +251,8 @@ _MODULE_OF_OP = {"attn_norm": "input_norm", "attn_residual": "attention_residual
                  "mlp_residual": "mlp_residual", "router": "router", "router_topk": "router",
                  "router_capacity": "router", "permute": "token_dispatcher", "embedding": "embedding",
                  "final_norm": "final_norm", "logits": "output_layer", "loss": "loss", "mamba_norm": "mixer",
-                 "in_proj": "mixer", "out_proj": "mixer", "mamba_residual": "mamba_residual"}
+                 "in_proj": "mixer", "out_proj": "mixer", "mamba_residual": "mamba_residual",
+                 "latent_down": "latent_proj", "latent_up": "latent_proj", "latent_quant": "latent_proj"}
 _MODULE_OF_PREFIX = {"mlp": "mlp", "experts": "experts", "shared": "shared_experts", "mamba": "mixer"}
 
 
@@ -334,7 +337,8 @@ RECOMPUTE_REGIONS: dict[str, tuple[RecomputeRegion, ...]] = {
     "mlp": (RecomputeRegion(when="mlp_up", modules=_f("mlp"), ops=_f("mlp_norm"), keeps=_f("mlp_norm.input")),),
     # moe_layer.py moe_layer_recompute: router, dispatch, experts, combine, shared experts on the
     # pre-MLP norm output
-    "moe": (RecomputeRegion(when="router", modules=_f("router", "token_dispatcher", "experts", "shared_experts"),
+    "moe": (RecomputeRegion(when="router", modules=_f("router", "token_dispatcher", "experts", "shared_experts",
+                                                      "latent_proj"),
                             keeps=_f("router.router_input")),),
     # shared_experts.py: checkpoints the shared experts' forward on the norm output (the router's input)
     "shared_experts": (RecomputeRegion(when="shared_up", modules=_f("shared_experts")),),
@@ -409,8 +413,11 @@ def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
         mods.append(Module("pre_mlp_norm", norm))
     if kind in MOE_KINDS:
         mods += [Module("router", card.router_params()), Module("token_dispatcher", 0.0),
-                 Module("experts", card.num_experts / g.ep * mlp_params_per_gpu(card, card.expert_ffn, g.etp),
+                 Module("experts", card.num_experts / g.ep * mlp_params_per_gpu(card, card.expert_ffn, g.etp,
+                                                                                 card.expert_width),
                         expert=True, gemm=True)]
+        if card.moe_latent_size:  # fc1/fc2_latent_proj: replicated (TELinear parallel_mode duplicated)
+            mods.append(Module("latent_proj", card.latent_proj_params(), gemm=True))
         if card.num_shared_experts:
             mods.append(Module("shared_experts", mlp_params_per_gpu(card, card.shared_ffn, g.tp), gemm=True))
     elif kind in ("dense", "mlp"):

@@ -406,7 +406,8 @@ class LayerModel:
         all-to-all behind (the weight gradients only with ``delay_wgrad_compute``, which defers them to run
         beside the backward's all-to-all); ``shared_f``/``shared_bw``: the shared experts, which
         ``moe_shared_expert_overlap`` runs on a side stream while the dispatch and combine are in flight."""
-        m, t, H = self.m, self.t, self.m.hidden_size
+        m, t = self.m, self.t
+        H = m.expert_width  # what a token carries to the experts: hidden_size, or a latent MoE's latent width
         comm: dict[str, CommPart] = {}
         if t.ep > 1:
             backend = t.moe_a2a_backend

@@ -20,7 +20,10 @@ def gemm_params_per_token(card: ModelCard, kind: str) -> float:
         return float(card.mamba_gemm_params())
     attn = card.attention_gemm_params() if kind in ATTENTION_KINDS else 0
     if kind in MOE_KINDS:
-        mlp = card.moe_topk * card.mlp_gemm_params(card.expert_ffn) + card.hidden_size * card.num_experts
+        mlp = (card.moe_topk * card.mlp_gemm_params(card.expert_ffn, card.expert_width)
+               + card.hidden_size * card.num_experts)
+        if card.moe_latent_size:  # the latent projections (Megatron-LM moe_layer_flops: + 4 T H latent)
+            mlp += 2 * card.hidden_size * card.moe_latent_size
         if card.num_shared_experts:
             mlp += card.mlp_gemm_params(card.shared_ffn)
     elif kind in ("dense", "mlp"):

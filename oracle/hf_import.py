@@ -451,9 +451,7 @@ def _nemotron_h(r: _Reader) -> dict[str, Any]:
         if shared:
             card.update(num_shared_experts=shared,
                         shared_expert_ffn_hidden_size=r.opt("moe_shared_expert_intermediate_size"))
-        if r.opt("moe_latent_size") is not None:
-            r.problems.append(f"config.json (model_type {r.model_type!r}): moe_latent_size={r.opt('moe_latent_size')} "
-                              f"(latent MoE: experts on a down-projected width) is not modelled")
+        card["moe_latent_size"] = r.opt("moe_latent_size", minimum=1)
     if r.opt("use_bias", False) or r.opt("attention_bias", False) or r.opt("mlp_bias", False):
         card["linear_bias"] = True
     if r.opt("num_nextn_predict_layers", 0):

@@ -156,7 +156,17 @@ def check(run: RunConfig) -> list[str]:
     p += _framework_problems(run)
     if m.is_hybrid:
         p += _hybrid_problems(run)
+    p += _latent_moe_problems(run)
     return p
+
+
+def _latent_moe_problems(run: RunConfig) -> list[str]:
+    """Latent MoE: Megatron-Core MoELayer refuses the shared-expert overlap with latent projections in training."""
+    t, m = run.training, run.model
+    if m.moe_latent_size and t.moe_shared_expert_overlap:
+        return [f"moe_shared_expert_overlap=true with the latent MoE of {m.name}: Megatron-Core does not support the "
+                f"shared-expert overlap with MoE latent projections in training; use false"]
+    return []
 
 
 def _hybrid_problems(run: RunConfig) -> list[str]:

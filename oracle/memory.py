@@ -717,7 +717,7 @@ def _moe_buffers(run: RunConfig, s: Shape, lay: Layout, a: MemoryAssumptions) ->
     card, t = run.model, run.training
     if not card.is_moe:
         return []
-    h = card.hidden_size
+    h = card.expert_width  # what the dispatcher moves per token (a latent MoE's latent width)
     if t.moe_a2a_backend == "hybridep":
         # HybridEP's registered buffers hold the dispatched tokens of one layer: the static budget's rows (or the
         # busiest rank's under dynamic sizing), H bf16 each, for the dispatch and again for the combine (estimate

@@ -45,7 +45,7 @@ MAX_SIZES: dict[str, int] = {
     "qk_rope_head_dim": _HEADS, "v_head_dim": _HEADS, "num_experts": _HEADS, "num_shared_experts": _HEADS,
     "moe_topk": _HEADS, "vocab_size": 2**24, "make_vocab_size_divisible_by": 2**24, "max_seq_len": _CONTEXT,
     "sliding_window": _CONTEXT, "mamba_num_heads": _HEADS, "mamba_head_dim": _HEADS, "mamba_state_dim": _HEADS,
-    "mamba_num_groups": _HEADS, "mamba_conv_kernel": _HEADS, "mamba_chunk_size": _CONTEXT,
+    "mamba_num_groups": _HEADS, "mamba_conv_kernel": _HEADS, "mamba_chunk_size": _CONTEXT, "moe_latent_size": _WIDTH,
 }
 """Largest accepted value of each size field: about 100x the largest published model's, the bounds
 oracle.hf_import.SIZE_LIMITS puts on config.json keys (a fuzzed card of 10**7 layers took 37 s to refuse,
@@ -122,6 +122,10 @@ class ModelCard:
     """Every n-th layer after the leading dense ones is MoE (1 = all)."""
     router_bias: bool = False
     """Router has a bias (gpt-oss) or an expert-score bias (DeepSeek aux-loss-free)."""
+    moe_latent_size: int | None = None
+    """Latent MoE (Megatron-Core ``moe_latent_size``: Nemotron 3 Super / Ultra): the routed experts work on this width;
+    a replicated H -> latent projection before the dispatch and latent -> H after the combine (MoELayer
+    fc1_latent_proj / fc2_latent_proj). None: the experts work on hidden_size."""
     mtp_layers: int = 0
     """Multi-token-prediction modules (DeepSeek V3: 1), each a full decoder layer plus projection."""
     hybrid_pattern: str | None = None
@@ -175,6 +179,11 @@ class ModelCard:
     @property
     def expert_ffn(self) -> int:
         return self.moe_ffn_hidden_size or self.ffn_hidden_size or 0
+
+    @property
+    def expert_width(self) -> int:
+        """The width the routed experts take in and give out: the latent size of a latent MoE, else hidden_size."""
+        return self.moe_latent_size or self.hidden_size
 
     @property
     def shared_ffn(self) -> int:
@@ -273,9 +282,22 @@ class ModelCard:
             return q + kv + self.attn_out_width * h
         return h * (self.q_width + 2 * self.kv_heads * self.head_size) + self.attn_out_width * h
 
-    def mlp_gemm_params(self, ffn: int) -> int:
-        """Weights of one MLP's GEMMs (up, gate when gated, down) of intermediate size ``ffn``."""
-        return ((2 if self.gated else 1) + 1) * self.hidden_size * ffn
+    def mlp_gemm_params(self, ffn: int, width: int | None = None) -> int:
+        """Weights of one MLP's GEMMs (up, gate when gated, down) of intermediate size ``ffn`` on ``width`` (default
+        hidden_size; a latent MoE's experts: expert_width)."""
+        return ((2 if self.gated else 1) + 1) * (width or self.hidden_size) * ffn
+
+    def latent_proj_params(self) -> int:
+        """A latent MoE layer's two projections, H -> latent and latent -> H (with their biases when linears have
+        them); 0 without a latent size."""
+        lat = self.moe_latent_size
+        if not lat:
+            return 0
+        return 2 * self.hidden_size * lat + ((lat + self.hidden_size) if self.linear_bias else 0)
+
+    def expert_params(self) -> int:
+        """One routed expert (on expert_width)."""
+        return self.mlp_params(self.expert_ffn, width=self.expert_width)
 
     def attention_params(self) -> int:
         """Attention block weights incl. its input norm (and qk norms), excluding nothing else."""
@@ -298,11 +320,12 @@ class ModelCard:
             p += self.num_attention_heads
         return p
 
-    def mlp_params(self, ffn: int) -> int:
-        """One MLP (dense or a single expert) of intermediate size ``ffn``, without its norm."""
-        p = self.mlp_gemm_params(ffn)
+    def mlp_params(self, ffn: int, width: int | None = None) -> int:
+        """One MLP (dense or a single expert) of intermediate size ``ffn`` on ``width`` (default hidden_size), without
+        its norm."""
+        p = self.mlp_gemm_params(ffn, width)
         if self.linear_bias:
-            p += (2 if self.gated else 1) * ffn + self.hidden_size
+            p += (2 if self.gated else 1) * ffn + (width or self.hidden_size)
         return p
 
     def router_params(self) -> int:
@@ -316,7 +339,7 @@ class ModelCard:
         e = self.num_experts if experts is None else experts
         shared = self.mlp_params(self.shared_ffn) if self.num_shared_experts else 0
         return (self.attention_params() + self.norm_params(self.hidden_size) + self.router_params()
-                + e * self.mlp_params(self.expert_ffn) + shared)
+                + e * self.expert_params() + shared + self.latent_proj_params())
 
     def mamba_gemm_params(self) -> int:
         """Weights of a Mamba layer's GEMMs: in_proj and out_proj."""
@@ -333,7 +356,8 @@ class ModelCard:
         """A MoE block: its pre-MLP norm, the router, ``experts`` routed experts (default all), shared experts."""
         e = self.num_experts if experts is None else experts
         shared = self.mlp_params(self.shared_ffn) if self.num_shared_experts else 0
-        return self.norm_params(self.hidden_size) + self.router_params() + e * self.mlp_params(self.expert_ffn) + shared
+        return (self.norm_params(self.hidden_size) + self.router_params() + e * self.expert_params() + shared
+                + self.latent_proj_params())
 
     def layer_params(self, kind: str, *, experts: int | None = None) -> int:
         """One decoder layer of ``kind``; MoE kinds with ``experts`` routed experts (default all)."""
@@ -384,7 +408,7 @@ class ModelCard:
         if not self.is_moe:
             return total
         n_moe = sum(1 for k in self.layer_kinds if k in MOE_KINDS)
-        return total - n_moe * (self.num_experts - self.moe_topk) * self.mlp_params(self.expert_ffn)
+        return total - n_moe * (self.num_experts - self.moe_topk) * self.expert_params()
 
     # ------------------------------------------------------------------ validation and IO
     def problems(self) -> list[str]:
@@ -417,6 +441,8 @@ class ModelCard:
                 p.append(f"{w}: first_dense_layers={self.first_dense_layers} needs ffn_hidden_size")
             if self.moe_layer_freq < 1:
                 p.append(f"{w}: moe_layer_freq={self.moe_layer_freq} must be >= 1")
+        if self.moe_latent_size is not None and (not self.is_moe or self.moe_latent_size <= 0):
+            p.append(f"{w}: moe_latent_size={self.moe_latent_size} needs a MoE model and a width > 0")
         if self.attention == "mla":
             for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if not getattr(self, k):

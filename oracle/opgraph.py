@@ -41,7 +41,7 @@ ATTN, MLP, ROUTER, EXPERTS, MAMBA = "attn", "mlp", "router", "moe", "mamba"
 block (norm to residual add), a MoE block split into its router (pre-MLP norm, router GEMM, top-k and
 token counts: what runs before the dispatcher's sync) and the rest (dispatch, experts, shared experts,
 residual add), and a hybrid model's Mamba-2 mixer layer (norm to residual add)."""
-ROUTER_OPS = frozenset({"mlp_norm", "router", "router_topk", "router_capacity"})
+ROUTER_OPS = frozenset({"mlp_norm", "router", "router_topk", "router_capacity", "latent_down"})
 PRE_SYNC, POST_SYNC = 0, 1
 """Forward segments of an MoE layer: ops before / after the dispatcher's device-to-host sync."""
 SELECTIVE, FULL, KEPT = "selective", "full", "kept"
@@ -595,6 +595,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     """Router + top-k, permute, grouped expert GEMMs (busiest rank, paper Sec. 4.10), unpermute, shared
     experts. The dispatcher's device-to-host sync splits the forward after the router."""
     H, dt = card.hidden_size, s.dtype
+    W = card.expert_width  # what is dispatched and what the experts take: hidden_size, or a latent MoE's width
     tokens = s.T_sp  # the router and dispatcher work on the sequence-parallel shard
     E_local = card.num_experts // s.ep
     pairs = moe_pairs(card, s)
@@ -625,16 +626,20 @@ def moe_ops(card, s: Shapes) -> list[Op]:
            # T x E logits and probabilities (fp32)
            _router_topk_op(s, tokens, E, rb),
            *_capacity_ops(s, tokens, E),
-           _permute_op(s, tokens, pairs, H, E_local, Saved("routing_map", tokens * E * MASK)),
-           Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=H, groups=E_local, fused_groups=one_kernel, dtype=dt,
+           *_latent_ops(card, s, tokens, "down"),
+           _permute_op(s, tokens, pairs, W, E_local, Saved("routing_map", tokens * E * MASK)),
+           Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=W, groups=E_local, fused_groups=one_kernel, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, calls=(0.5, 0.5) if titan and card.gated else (),
-              saved=(Saved("expert_fc1_input", kept * H * b_g),)),
+              saved=(Saved("expert_fc1_input", kept * W * b_g),)),
            Op(name="experts_act", kind=MEMORY, bytes_f=act_b, kernels=act_k, host_ops=act_k, segment=POST_SYNC,
               saved=(Saved("expert_probs", kept * FP32),) + act_saved),
-           Op(name="experts_down", kind=GEMM, m=m_e, n=H, k=ffn_l, groups=E_local, fused_groups=one_kernel, dtype=dt,
-              host_ops=2, loop_launches=loops, segment=POST_SYNC, saved=down_saved)]
+           Op(name="experts_down", kind=GEMM, m=m_e, n=W, k=ffn_l, groups=E_local, fused_groups=one_kernel, dtype=dt,
+              host_ops=2, loop_launches=loops, segment=POST_SYNC, saved=down_saved),
+           *_latent_ops(card, s, tokens, "up")]
+    if dt != "bf16" and card.moe_latent_size:  # the latent projections' inputs
+        ops.append(_quant_op(s, "latent_quant", _cast_bytes(s, tokens * (H + card.moe_latent_size)), POST_SYNC))
     if dt != "bf16":  # fused: only the dispatched tokens (FC1's input) are cast by a kernel of their own
-        cast_elems = pairs * H if s.fused_mlp else pairs * (H + ffn_l)
+        cast_elems = pairs * W if s.fused_mlp else pairs * (W + ffn_l)
         ops.append(_quant_op(s, "experts_quant", _cast_bytes(s, cast_elems), POST_SYNC, 2 * loops))
     if s.paged_stash:
         # Megatron-Core paged stash (transformer/moe/paged_stash.py): a Triton kernel copies each saved expert
@@ -651,6 +656,22 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     ops.append(Op(name="mlp_residual", kind=MEMORY, bytes_f=BF16 * 3 * tokens * H, host_ops=1, segment=POST_SYNC,
                   saved=_dropout_mask(s, H)))
     return ops
+
+
+def _latent_ops(card, s: Shapes, tokens: int, which: str) -> tuple[Op, ...]:
+    """A latent MoE's projection (Megatron-Core MoELayer fc1_latent_proj before the dispatch, fc2_latent_proj after
+    the combine: TELinear, replicated over TP, on the sequence-parallel shard); none without a latent size. The
+    down projection's input is the router's (kept once in bf16; an FP8/FP4 copy of its own otherwise); the up
+    projection keeps the combined latent tokens."""
+    lat = card.moe_latent_size
+    if not lat:
+        return ()
+    H, dt, b_g = card.hidden_size, s.dtype, s.saved_gemm_bytes
+    if which == "down":
+        saved = (Saved("latent_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()
+        return (Op(name="latent_down", kind=GEMM, m=tokens, n=lat, k=H, dtype=dt, host_ops=2, saved=saved),)
+    return (Op(name="latent_up", kind=GEMM, m=tokens, n=H, k=lat, dtype=dt, host_ops=2, segment=POST_SYNC,
+               saved=(Saved("latent_output_input", tokens * lat * b_g),)),)
 
 
 def _permute_op(s: Shapes, tokens: int, pairs: float, H: int, local_experts: int, routing_map: Saved) -> Op:

@@ -254,15 +254,49 @@ def test_a_nemotron_h_config_json_imports_to_the_bundled_card():
     assert card_from_hf_config(listed, "x").hybrid_pattern == PATTERN_8B
 
 
-def test_a_nemotron_3_moe_config_json_imports_its_experts_and_refuses_a_latent_moe():
+def test_a_nemotron_3_moe_config_json_imports_its_experts_and_its_latent_width():
     nano = load_model("nemotron3-nano-30b-a3b")
     data = _hf(hidden_size=2688, num_hidden_layers=52, hybrid_override_pattern=nano.hybrid_pattern,
                num_key_value_heads=2, mamba_num_heads=64, n_routed_experts=128, num_experts_per_tok=6,
                moe_intermediate_size=1856, n_shared_experts=1, moe_shared_expert_intermediate_size=3712)
     card = card_from_hf_config(data, "nano")
     assert card.total_params() == nano.total_params() and card.active_params() == nano.active_params()
-    with pytest.raises(InvalidConfigError, match="moe_latent_size=1024 .* is not modelled"):
-        card_from_hf_config({**data, "moe_latent_size": 1024}, "super")
+    latent = card_from_hf_config({**data, "moe_latent_size": 1024}, "latent")
+    assert latent.moe_latent_size == 1024 and latent.expert_width == 1024
+
+
+LATENT = {"based_on": "nemotron3-nano-30b-a3b", "name": "nano-latent", "moe_latent_size": 1024}
+
+
+def test_a_latent_moe_counts_its_experts_on_the_latent_width_and_its_two_projections():
+    nano, latent = load_model("nemotron3-nano-30b-a3b"), ModelCard.from_dict(dict(LATENT))
+    H, L, F = nano.hidden_size, 1024, nano.expert_ffn
+    per_expert = lambda width: 2 * width * F  # noqa: E731  squared ReLU: up and down
+    moe = 23  # MoE layers
+    assert nano.total_params() - latent.total_params() == moe * (128 * (per_expert(H) - per_expert(L)) - 2 * H * L)
+    # model FLOPs (Megatron-LM moe_layer_flops with a latent size: routed experts on it, + 4 T H latent)
+    from oracle.flops import gemm_params_per_token
+    assert gemm_params_per_token(latent, "moe_mlp") == (6 * per_expert(L) + H * 128 + 2 * H * L
+                                                         + latent.mlp_gemm_params(latent.shared_ffn))
+
+
+def test_a_latent_moe_dispatches_and_computes_on_the_latent_width():
+    base = {"cluster": {"hardware": "b200", "num_gpus": 8},
+            "training": {"ep": 8, "seq_len": 8192, "gbs": 64, "moe_a2a_backend": "alltoall"}}
+    nano = RunConfig.from_dict({"model": "nemotron3-nano-30b-a3b", **base})
+    latent = RunConfig.from_dict({"model": dict(LATENT), **base})
+    ops = {op.name: op for op in layer_ops(latent.model, Shapes.of(latent), "moe_mlp")}
+    assert ops["experts_up"].k == 1024 and ops["experts_down"].n == 1024
+    assert (ops["latent_down"].k, ops["latent_down"].n) == (2688, 1024) and ops["latent_up"].n == 2688
+    a2a = [LayerModel(Layout(r), comm_model(r.cluster.hardware, 8)).layer("moe_mlp").comm["ep_a2a"].f_total_s
+           for r in (nano, latent)]
+    assert a2a[1] < a2a[0] * (1024 / 2688) * 1.2  # the exchange moves latent-width tokens
+    peaks, _ = memory_peaks([latent])
+    assert peaks[0] == project_memory(latent, trees="none").peak_bytes
+    assert project(latent).tokens_per_s_per_gpu > 0
+    with pytest.raises(InvalidConfigError, match="shared-expert overlap with MoE latent projections"):
+        RunConfig.from_dict({"model": dict(LATENT), **base, "training": {**base["training"],
+                                                                         "moe_shared_expert_overlap": True}})
 
 
 def test_benchmark_mode_says_it_cannot_build_a_mamba_layer():
