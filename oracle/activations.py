@@ -449,10 +449,13 @@ def _head(card: ModelCard, s: Shape, holds_weight: bool) -> Block:
     return make_block("output_head", tuple(_head_modules(card, s, holds_weight)))
 
 
-def _scaled(mods: list[Module], n: int) -> tuple[Module, ...]:
-    if n == 1:
+def _scaled(mods: list[Module], n: int, weight_sets: int | None = None) -> tuple[Module, ...]:
+    """``mods`` n times: their saved tensors x n, their parameters x ``weight_sets`` (default n; 1 where the n
+    copies share one set of weights)."""
+    w = n if weight_sets is None else weight_sets
+    if n == 1 and w == 1:
         return tuple(mods)
-    return tuple(replace_fast(m, params=m.params * n,
+    return tuple(replace_fast(m, params=m.params * w,
                               tensors=tuple(replace_fast(t, bytes=t.bytes * n) for t in m.tensors))
                  for m in mods)
 
@@ -471,7 +474,7 @@ def _mtp(card: ModelCard, s: Shape, kind: str) -> tuple[Block, Block]:
     mods += [replace_fast(m, name=f"mtp_layer.{m.name}") for m in layer.modules]
     # full recompute checkpoints the MTP layer's hidden-state input (Megatron MTP _checkpointed_forward):
     # the layer's 'kept' input norm tensor
-    body = make_block(f"mtp x{n}", _scaled(mods, n))
+    body = make_block(f"mtp x{n}", _scaled(mods, n, card.mtp_weight_sets))
     head = make_block(f"mtp_head x{n}", _scaled(_head_modules(card, s, holds_weight=False, prefix="mtp_"), n))
     return body, head
 

@@ -623,7 +623,7 @@ def model_digest(card: ModelCard) -> str:
 _CARD_DEFAULTS_SINCE = {f.name: f.default for f in dataclasses.fields(ModelCard)
                         if f.name in ("hybrid_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
                                       "mamba_num_groups", "mamba_conv_kernel", "mamba_chunk_size",
-                                      "moe_latent_size")}
+                                      "moe_latent_size", "mtp_shared_weights")}
 """Card keys added after configuration keys were first recorded (the hybrid Mamba keys and the latent MoE width,
 2026-12-04), with their defaults."""
 

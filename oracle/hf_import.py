@@ -454,9 +454,24 @@ def _nemotron_h(r: _Reader) -> dict[str, Any]:
         card["moe_latent_size"] = r.opt("moe_latent_size", minimum=1)
     if r.opt("use_bias", False) or r.opt("attention_bias", False) or r.opt("mlp_bias", False):
         card["linear_bias"] = True
-    if r.opt("num_nextn_predict_layers", 0):
-        r.notes.append(f"num_nextn_predict_layers={r.opt('num_nextn_predict_layers')}: MTP layers of a hybrid model "
-                       f"are not modelled and not counted")
+    n_mtp = r.opt("num_nextn_predict_layers", 0, minimum=0)
+    if n_mtp:
+        # each MTP depth: Megatron-Core's MTP pattern (mtp_layers_block_type; NemotronHConfig's default attention +
+        # moe), which the card models as one transformer layer of the model's kind
+        mtp = r.opt("mtp_layers_block_type", None)
+        old = r.opt("mtp_hybrid_override_pattern", None)
+        if mtp is None and isinstance(old, str):
+            symbols = {v: k for k, v in _HF_BLOCK_SYMBOL.items()}
+            mtp = [symbols.get(c, c) for c in old]
+        mtp = mtp if mtp is not None else ["attention", "moe"]
+        want = ["attention", "moe" if pattern and "E" in pattern else "mlp"]
+        if mtp == want:
+            card["mtp_layers"] = n_mtp
+            r.notes.append(f"{n_mtp} MTP depths, each with weights of its own; a recipe with mtp_use_repeated_layer "
+                           f"runs one set at every depth (mtp_shared_weights: true)")
+        else:
+            r.notes.append(f"MTP layers {clip(repr(mtp), 80)} are not one attention + {want[1]} layer: not modelled "
+                           f"and not counted")
     if r.opt("sliding_window") is not None:
         r.notes.append(f"sliding_window={r.opt('sliding_window')} on the attention layers is not modelled (full "
                        f"causal attention, conservative)")

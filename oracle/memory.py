@@ -334,7 +334,7 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
                     layer_act += mtp_act
                     chunk_act += mtp_act
                 has_moe |= card.is_moe
-                largest_unit = xp.maximum(xp.maximum(largest_unit, b.mtp.params / card.mtp_layers), extra)
+                largest_unit = xp.maximum(xp.maximum(largest_unit, b.mtp.params / card.mtp_weight_sets), extra)
                 if mtp_pol != "none":
                     remat = xp.maximum(remat, (b.mtp.act_none - b.mtp.act(mtp_pol, mods)) / card.mtp_layers)
             heads = int(ch.has_output) + ch.mtp

@@ -127,7 +127,11 @@ class ModelCard:
     a replicated H -> latent projection before the dispatch and latent -> H after the combine (MoELayer
     fc1_latent_proj / fc2_latent_proj). None: the experts work on hidden_size."""
     mtp_layers: int = 0
-    """Multi-token-prediction modules (DeepSeek V3: 1), each a full decoder layer plus projection."""
+    """Multi-token-prediction modules (DeepSeek V3: 1), each a full decoder layer plus projection (a hybrid model's:
+    an attention + MoE, or attention + MLP, transformer layer: Megatron-Core's MTP pattern ``*E`` / ``*-``)."""
+    mtp_shared_weights: bool = False
+    """One MTP module's weights run at every depth (Megatron-Core ``mtp_use_repeated_layer``: Nemotron 3 Super):
+    its parameters are counted once, its compute and activations once per depth."""
     hybrid_pattern: str | None = None
     """Megatron-Core hybrid model (``--hybrid-layer-pattern``, HF ``hybrid_override_pattern``): one symbol per
     decoder layer, M a Mamba-2 mixer, * attention, - MLP, E MoE (:data:`HYBRID_SYMBOLS`). None: every layer is a
@@ -391,7 +395,12 @@ class ModelCard:
         h = self.hidden_size
         kind = "moe" if self.is_moe else "dense"
         per = 2 * self.norm_params(h) + 2 * h * h + self.layer_params(kind) + self.norm_params(h)
-        return self.mtp_layers * per
+        return self.mtp_weight_sets * per
+
+    @property
+    def mtp_weight_sets(self) -> int:
+        """MTP modules with weights of their own: every depth's, or one shared by all (``mtp_shared_weights``)."""
+        return min(1, self.mtp_layers) if self.mtp_shared_weights else self.mtp_layers
 
     def total_params(self, *, include_mtp: bool = False, padded_vocab: bool = False) -> int:
         """All parameters (unpadded vocabulary by default, as published figures count)."""
@@ -449,6 +458,8 @@ class ModelCard:
                     p.append(f"{w}: attention=mla needs {k}")
         if self.sliding_window is not None and self.sliding_window <= 0:
             p.append(f"{w}: sliding_window={self.sliding_window} must be > 0")
+        if self.mtp_shared_weights and not self.mtp_layers:
+            p.append(f"{w}: mtp_shared_weights=true needs MTP layers (mtp_layers={self.mtp_layers})")
         if self.hybrid_pattern is not None:
             p += self._hybrid_problems(w)
         return p
@@ -475,8 +486,6 @@ class ModelCard:
             p.append(f"{w}: hybrid_pattern has MoE layers (E) but num_experts=0")
         if "-" in pat and not self.ffn_hidden_size:
             p.append(f"{w}: hybrid_pattern has MLP layers (-) but no ffn_hidden_size")
-        if self.mtp_layers:
-            p.append(f"{w}: MTP layers of a hybrid model are not modelled (mtp_layers={self.mtp_layers}); use 0")
         if self.first_dense_layers or self.moe_layer_freq != 1:
             p.append(f"{w}: first_dense_layers / moe_layer_freq do not apply to a hybrid model: its pattern places "
                      f"the MoE layers")

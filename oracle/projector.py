@@ -391,8 +391,9 @@ def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float, 
     for c in rows[rank]:
         groups, _, _, n_mtp = kinds[c]
         counts = [((kind, window), n) for (kind, window, _, _), n in groups]
-        if n_mtp:
-            counts.append((("moe" if run.model.is_moe else "dense", None), n_mtp))
+        if n_mtp:  # the MTP modules' weights (one set when their depths share it)
+            counts.append((("moe" if run.model.is_moe else "dense", None),
+                           min(n_mtp, run.model.mtp_weight_sets)))
         for (kind, window), n in counts:
             ops = layer_ops(run.model, shapes, kind, window)
             params += n * sum(op.groups * op.k * op.n for op in ops if op.kind == GEMM and op.has_wgrad)

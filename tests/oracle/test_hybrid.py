@@ -2,8 +2,10 @@
 Mamba-2 mixer's op graph, memory, FLOPs, CUDA-graph scopes, legality and the Hugging Face import."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 from math import ceil
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -218,7 +220,7 @@ def _card(**changes) -> dict:
     (dict(hybrid_pattern="M*|M-"), "give the stages as training.pipeline_model_parallel_layout"),
     (dict(hybrid_pattern="M*ME"), "MoE layers \\(E\\) but num_experts=0"),
     (dict(ffn_hidden_size=None), "MLP layers \\(-\\) but no ffn_hidden_size"),
-    (dict(mtp_layers=1), "MTP layers of a hybrid model are not modelled"),
+    (dict(mtp_shared_weights=True), "mtp_shared_weights=true needs MTP layers"),
     (dict(mamba_num_heads=6, mamba_num_groups=4), "mamba_num_heads=6 must be a multiple of mamba_num_groups=4"),
     (dict(mamba_head_dim=0), "mamba_head_dim=0 must be > 0"),
 ])
@@ -239,7 +241,6 @@ def _hf(**changes) -> dict:
 @pytest.mark.parametrize("folder,bundled", [("nemotron-h-8b-base-8k", "nemotronh-8b"),
                                               ("nvidia-nemotron-3-nano-30b-a3b", "nemotron3-nano-30b-a3b")])
 def test_the_config_json_fixtures_import_to_the_bundled_cards(folder, bundled):
-    from pathlib import Path
     card = load_model(str(Path(__file__).parents[1] / "fixtures" / "hf" / folder / "config.json"))
     ref = load_model(bundled)
     assert card.name == folder and card.layer_kinds == ref.layer_kinds
@@ -305,3 +306,24 @@ def test_benchmark_mode_says_it_cannot_build_a_mamba_layer():
     run = _run(tp=2)
     with pytest.raises(BenchmarkError, match="nemotronh-8b is a hybrid Mamba model .* use --mode simulate"):
         run_layer_specs(run, downscale(run, 1))
+
+
+def test_a_hybrid_model_s_mtp_depths_and_their_shared_weights():
+    """Megatron-Core's hybrid MTP (pattern attention + MoE per depth) as one transformer layer of the model's kind
+    per depth; mtp_use_repeated_layer (mtp_shared_weights) runs one set of weights at every depth: the parameters
+    once, the compute and the activations per depth."""
+    nano = load_model("nemotron3-nano-30b-a3b")
+    two, shared = nano.replace(mtp_layers=2), nano.replace(mtp_layers=2, mtp_shared_weights=True)
+    assert two.mtp_params() == 2 * shared.mtp_params() > 0
+    runs = [RunConfig.from_dict({"model": c.to_dict(), "cluster": {"hardware": "b200", "num_gpus": 8},
+                                 "training": {"ep": 8, "seq_len": 4096, "gbs": 64}}) for c in (nano, two, shared)]
+    (p0, p2, ps) = (project(r) for r in runs)
+    assert p2.iteration_time_s > p0.iteration_time_s
+    assert ps.iteration_time_s == pytest.approx(p2.iteration_time_s, rel=0.01)  # the same compute per depth
+    m0, m2, ms = (p.memory.stages[0] for p in (p0, p2, ps))
+    assert ms.params_bytes < m2.params_bytes and ms.activations_bytes == m2.activations_bytes
+    assert m2.params_bytes - ms.params_bytes == pytest.approx(ms.params_bytes - m0.params_bytes, rel=0.02)
+    data = json.loads((Path(__file__).parents[1] / "fixtures/hf/nvidia-nemotron-3-nano-30b-a3b/config.json").read_text())
+    assert card_from_hf_config({**data, "num_nextn_predict_layers": 2}, "x").mtp_layers == 2
+    odd = card_from_hf_config({**data, "num_nextn_predict_layers": 2, "mtp_layers_block_type": ["mamba"]}, "y")
+    assert odd.mtp_layers == 0 and "not modelled" in odd.notes
