@@ -190,6 +190,9 @@ class TrainingConfig:
     mtp_num_layers: int | None = None
     """Multi-token-prediction modules trained (Megatron-Core ``mtp_num_layers``); None = the model card's
     ``mtp_layers``. 0 trains the card without its MTP modules."""
+    mtp_use_repeated_layer: bool | None = None
+    """One MTP module's weights run at every depth (Megatron-Core ``mtp_use_repeated_layer``); None = the model
+    card's ``mtp_shared_weights``."""
     moe_sync_free: bool = False
     """MoE layers run without device-to-host synchronisation (Primus-Turbo's sync-free MoE, which
     needs DeepEP). Off, every MoE-layer forward waits for the host once (the dispatcher reads the
@@ -427,6 +430,9 @@ class RunConfig:
         n = self.training.mtp_num_layers
         if n is not None and n >= 0 and n != self.model.mtp_layers:
             object.__setattr__(self, "model", self.model.replace(mtp_layers=n))
+        shared = self.training.mtp_use_repeated_layer  # likewise the card's mtp_shared_weights
+        if shared is not None and bool(shared) != self.model.mtp_shared_weights and self.model.mtp_layers:
+            object.__setattr__(self, "model", self.model.replace(mtp_shared_weights=bool(shared)))
 
     # ------------------------------------------------------------------ parsing
     @classmethod

@@ -490,6 +490,11 @@ def _mtp(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
     return "training.mtp_num_layers"
 
 
+def _mtp_repeated(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    out["mtp_use_repeated_layer"] = _bool(v, given)
+    return "training.mtp_use_repeated_layer"
+
+
 def _layout_split(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
     if every.get("pipeline_model_parallel_layout"):
         raise _Ignore("the explicit pipeline_model_parallel_layout places the embedding and loss")
@@ -563,7 +568,7 @@ SETTINGS: dict[str, Handler] = {
     "high_priority_a2a_comm_stream": _ignore("stream priority: the overlap model already starts each all-to-all as "
                                              "soon as its input is ready"),
     "use_transformer_engine_op_fuser": _fused_mlp, "cutedsl_fused_grouped_mlp": _fused_mlp,
-    "mtp_num_layers": _mtp,
+    "mtp_num_layers": _mtp, "mtp_use_repeated_layer": _mtp_repeated,
     # CUDA graphs
     "cuda_graph_impl": _cuda_graph_impl, "cuda_graph_scope": _cuda_graph_scope,
     "enable_cuda_graph": _enable_cuda_graph,
@@ -833,6 +838,8 @@ def megatron_args(training: Any) -> list[tuple[str, Any]]:
             out.append(("muon_num_ns_steps", t.muon_ns_steps))
     if t.mtp_num_layers is not None:
         out.append(("mtp_num_layers", t.mtp_num_layers))
+    if t.mtp_use_repeated_layer:
+        out.append(("mtp_use_repeated_layer", True))
     return out
 
 
@@ -867,5 +874,5 @@ RECIPE_TRAINING_KEYS: tuple[str, ...] = (
     "fused_grouped_mlp", "fp8_dot_product_attention", "attention_backend", "fp8_output_proj", "first_last_layers_bf16",
     "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "gradient_accumulation_fusion", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_weights", "fsdp_double_buffer", "optimizer",
-    "mtp_num_layers", "muon_ns_steps")
+    "mtp_num_layers", "mtp_use_repeated_layer", "muon_ns_steps")
 """Training keys ``megatron_args`` writes (export marks them done)."""

@@ -90,7 +90,7 @@ CASES: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "mla-moe-layout-mtp": ("deepseek-v3", "b200", 256, dict(
         seq_len=4096, gbs=2048, pp=8, vpp=2, ep=32, precision="fp8", fp8_recipe="mxfp8",
         pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL", recompute="selective",
-        recompute_modules=["mla_up_proj", "mlp"])),
+        recompute_modules=["mla_up_proj", "mlp"], mtp_use_repeated_layer=True)),
 }
 
 
