@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from oracle.config import RunConfig
 from oracle.dataclass_copy import HashedOnce, replace_fast
@@ -551,16 +552,20 @@ def _edge_key(s: Shape) -> tuple:
 _EDGE_BLOCKS: dict[tuple, Block] = {}
 
 
+def _kept(cache: dict, key: Any, limit: int, build: Callable[[], Any]) -> Any:
+    """``cache[key]``, made by ``build()`` where absent; the cache emptied first once it holds over ``limit``."""
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) > limit:
+            cache.clear()
+        hit = cache[key] = build()
+    return hit
+
+
 def _edge_part(name: str, build: Callable[[ModelCard, Shape], Block]) -> Callable[[ModelCard, Shape], Block]:
     """``build`` cached on (card, :func:`_edge_key`): a search's new shapes mostly repeat their edges."""
     def part(card: ModelCard, s: Shape) -> Block:
-        key = (name, card, *_edge_key(s))
-        hit = _EDGE_BLOCKS.get(key)
-        if hit is None:
-            if len(_EDGE_BLOCKS) > 4096:
-                _EDGE_BLOCKS.clear()
-            hit = _EDGE_BLOCKS[key] = build(card, s)
-        return hit
+        return _kept(_EDGE_BLOCKS, (name, card, *_edge_key(s)), 4096, lambda: build(card, s))
     return part
 
 
@@ -604,13 +609,7 @@ _BY_MEMORY_KEY: dict[tuple, Blocks] = {}
 def blocks(card: ModelCard, s: Shape) -> Blocks:
     """The blocks of ``card`` at ``s``: those of an earlier shape that differs from ``s`` only in fields no block
     reads (:data:`COMPUTE_ONLY_SHAPE_FIELDS`), else new ones."""
-    key = (card, _memory_key(s))
-    hit = _BY_MEMORY_KEY.get(key)
-    if hit is None:
-        if len(_BY_MEMORY_KEY) > 2048:
-            _BY_MEMORY_KEY.clear()
-        hit = _BY_MEMORY_KEY[key] = Blocks(card, s)
-    return hit
+    return _kept(_BY_MEMORY_KEY, (card, _memory_key(s)), 2048, lambda: Blocks(card, s))
 
 
 def clear_block_caches() -> None:

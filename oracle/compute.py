@@ -50,6 +50,12 @@ class CommPart:
     b_exposed_s: float = 0.0
     algorithm: str = ""
 
+    def __add__(self, other: "CommPart") -> "CommPart":
+        """Both parts' traffic as one kind (the first's algorithm named, else the other's)."""
+        return CommPart(self.f_total_s + other.f_total_s, self.f_exposed_s + other.f_exposed_s,
+                        self.b_total_s + other.b_total_s, self.b_exposed_s + other.b_exposed_s,
+                        self.algorithm or other.algorithm)
+
 
 @dataclass(frozen=True, slots=True)
 class LayerCost:
@@ -130,7 +136,7 @@ def ssd_time_s(hw, op: Op) -> tuple[float, float, float]:
     """(forward, backward, 0) device seconds of Mamba-2's fused split-conv1d-scan (mamba_ssm
     ``mamba_split_conv1d_scan_combined``): its chunked matmuls (``ssd_matmuls``: C B^T, the chunk states, the
     chunk scan) priced as bf16 batched GEMMs over their (chunk, head) groups, one kernel each, plus its memory
-    passes (``op.bytes_f``: conv1d, the scan's reads and writes, the fp32 chunk states). The backward computes
+    passes (``op.bytes_f``: conv1d, the scan's reads and writes, the chunk states). The backward computes
     both operand gradients of every matmul and recomputes the chunk states (mamba_ssm
     ``_mamba_chunk_scan_combined_bwd``; the conv1d too), and moves the forward's bytes about 3x (recomputed
     passes, gradients read and written)."""
@@ -192,7 +198,7 @@ class _OpSums:
     """Forward of the ops selective recompute replays besides core attention."""
 
 
-_ATTN_GEMMS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up", "qkv", "attn_out", "in_proj", "out_proj"})
+_MIXER_GEMMS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up", "qkv", "attn_out", "in_proj", "out_proj"})
 """The GEMMs of a layer's token mixer (attention, or a Mamba-2 mixer's in_proj / out_proj): its TP pair."""
 
 
@@ -206,8 +212,8 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
     w = sum(p[3] for p in priced)
     attn_f = sum(p[1] for p in priced if p[0].kind == ATTENTION)
     gemm = [p for p in priced if p[0].kind == GEMM]
-    ag_f = sum(p[1] for p in gemm if p[0].name in _ATTN_GEMMS)
-    ag_b = sum(p[2] + p[3] for p in gemm if p[0].name in _ATTN_GEMMS)
+    ag_f = sum(p[1] for p in gemm if p[0].name in _MIXER_GEMMS)
+    ag_b = sum(p[2] + p[3] for p in gemm if p[0].name in _MIXER_GEMMS)
     mlp_prefix = "shared_" if kind in MOE_KINDS else "mlp_"
     mg = [p for p in gemm if p[0].name.startswith(mlp_prefix)]
     attention = next((p for p in priced if p[0].kind == ATTENTION), None)
@@ -232,7 +238,7 @@ def _op_sums(hw, card, shapes: Shapes, kind: str, window: int | None, graphed: f
     replay_f = sum(p[1] for p in priced if p[0].name in replayed)
     if op_level_sac:  # TorchTitan: every op's forward but attention's and every other matmul's, again
         replay_f = sum(p[1] * share for p, (_, share) in zip(priced, op_sac_plan(ops)))
-    mixer = any(p[0].name in _ATTN_GEMMS for p in gemm)
+    mixer = any(p[0].name in _MIXER_GEMMS for p in gemm)
     return _OpSums(priced=priced, f=f, b=b, w=w, attn_f=attn_f, ag_f=ag_f, ag_b=ag_b, has_mixer_gemms=mixer,
                    has_mlp_gemms=bool(mg),
                    mlp_f=sum(p[1] for p in mg), mlp_b=sum(p[2] + p[3] for p in mg), attention=attention,
@@ -480,16 +486,13 @@ class LayerModel:
         tp_bytes = BF16 * self.T * m.hidden_size
         tp = self._tp_comm(tp_bytes, 1 if o.has_mixer_gemms else 0, o.ag_f, o.ag_b)
         if o.has_mlp_gemms:
-            tpm = self._tp_comm(tp_bytes, 1, o.mlp_f, o.mlp_b)
-            tp = CommPart(tp.f_total_s + tpm.f_total_s, tp.f_exposed_s + tpm.f_exposed_s, tp.b_total_s + tpm.b_total_s,
-                          tp.b_exposed_s + tpm.b_exposed_s, tp.algorithm or tpm.algorithm)
+            tp = tp + self._tp_comm(tp_bytes, 1, o.mlp_f, o.mlp_b)
         if o.attention is not None and (gathered := qkv_gather_bytes(m, self.shapes)):
             # fewer KV heads than TP ranks: the QKV output gathered over TP (its backward reduce-scatter), outside
             # the overlapped GEMM pairs: exposed
             ag = self._coll("all_gather", "tp", gathered)
             rs = self._coll("reduce_scatter", "tp", gathered)
-            tp = CommPart(tp.f_total_s + ag.time_s, tp.f_exposed_s + ag.time_s, tp.b_total_s + rs.time_s,
-                          tp.b_exposed_s + rs.time_s, tp.algorithm or ag.algorithm)
+            tp = tp + CommPart(ag.time_s, ag.time_s, rs.time_s, rs.time_s, ag.algorithm)
         comm: dict[str, CommPart] = {"tp": tp}
         if t.cp > 1 and o.attention is not None:
             att = o.attention

@@ -27,6 +27,7 @@ from math import ceil
 from typing import Any, Literal, get_args
 
 from oracle.dataclass_copy import HashedOnce, fast_init, replace_fast, slot_setter
+from oracle.model_card import MOE_KINDS
 
 BF16 = 2
 FP32 = 4
@@ -597,6 +598,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     H, dt = card.hidden_size, s.dtype
     W = card.expert_width  # what is dispatched and what the experts take: hidden_size, or a latent MoE's width
     tokens = s.T_sp  # the router and dispatcher work on the sequence-parallel shard
+    latent_down, latent_up = _latent_ops(card, s, tokens)
     E_local = card.num_experts // s.ep
     pairs = moe_pairs(card, s)
     m_e = max(1, ceil(pairs / E_local))
@@ -626,7 +628,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
            # T x E logits and probabilities (fp32)
            _router_topk_op(s, tokens, E, rb),
            *_capacity_ops(s, tokens, E),
-           *_latent_ops(card, s, tokens, "down"),
+           *latent_down,
            _permute_op(s, tokens, pairs, W, E_local, Saved("routing_map", tokens * E * MASK)),
            Op(name="experts_up", kind=GEMM, m=m_e, n=up, k=W, groups=E_local, fused_groups=one_kernel, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, calls=(0.5, 0.5) if titan and card.gated else (),
@@ -635,7 +637,7 @@ def moe_ops(card, s: Shapes) -> list[Op]:
               saved=(Saved("expert_probs", kept * FP32),) + act_saved),
            Op(name="experts_down", kind=GEMM, m=m_e, n=W, k=ffn_l, groups=E_local, fused_groups=one_kernel, dtype=dt,
               host_ops=2, loop_launches=loops, segment=POST_SYNC, saved=down_saved),
-           *_latent_ops(card, s, tokens, "up")]
+           *latent_up]
     if dt != "bf16" and card.moe_latent_size:  # the latent projections' inputs
         ops.append(_quant_op(s, "latent_quant", _cast_bytes(s, tokens * (H + card.moe_latent_size)), POST_SYNC))
     if dt != "bf16":  # fused: only the dispatched tokens (FC1's input) are cast by a kernel of their own
@@ -658,20 +660,20 @@ def moe_ops(card, s: Shapes) -> list[Op]:
     return ops
 
 
-def _latent_ops(card, s: Shapes, tokens: int, which: str) -> tuple[Op, ...]:
-    """A latent MoE's projection (Megatron-Core MoELayer fc1_latent_proj before the dispatch, fc2_latent_proj after
-    the combine: TELinear, replicated over TP, on the sequence-parallel shard); none without a latent size. The
-    down projection's input is the router's (kept once in bf16; an FP8/FP4 copy of its own otherwise); the up
-    projection keeps the combined latent tokens."""
+def _latent_ops(card, s: Shapes, tokens: int) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """A latent MoE's projections (Megatron-Core MoELayer fc1_latent_proj before the dispatch, fc2_latent_proj after
+    the combine: TELinear, replicated over TP, on the sequence-parallel shard), as (before, after); none without a
+    latent size. The down projection's input is the router's (kept once in bf16; an FP8/FP4 copy of its own
+    otherwise); the up projection keeps the combined latent tokens."""
     lat = card.moe_latent_size
     if not lat:
-        return ()
+        return (), ()
     H, dt, b_g = card.hidden_size, s.dtype, s.saved_gemm_bytes
-    if which == "down":
-        saved = (Saved("latent_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()
-        return (Op(name="latent_down", kind=GEMM, m=tokens, n=lat, k=H, dtype=dt, host_ops=2, saved=saved),)
-    return (Op(name="latent_up", kind=GEMM, m=tokens, n=H, k=lat, dtype=dt, host_ops=2, segment=POST_SYNC,
-               saved=(Saved("latent_output_input", tokens * lat * b_g),)),)
+    saved = (Saved("latent_input_fp8", tokens * H * b_g),) if b_g != BF16 else ()
+    down = Op(name="latent_down", kind=GEMM, m=tokens, n=lat, k=H, dtype=dt, host_ops=2, saved=saved)
+    up = Op(name="latent_up", kind=GEMM, m=tokens, n=H, k=lat, dtype=dt, host_ops=2, segment=POST_SYNC,
+            saved=(Saved("latent_output_input", tokens * lat * b_g),))
+    return (down,), (up,)
 
 
 def _permute_op(s: Shapes, tokens: int, pairs: float, H: int, local_experts: int, routing_map: Saved) -> Op:
@@ -829,7 +831,7 @@ def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]
         blocked = []
     else:
         blocked = [(op, ATTN) for op in attention_ops(card, s, window)]
-    if kind in ("moe", "moe_mlp"):
+    if kind in MOE_KINDS:
         moe = moe_ops(card, s)
         blocked += [(op, ROUTER if op.name in ROUTER_OPS else EXPERTS)
                     for op in (_as_layer_input(moe) if kind == "moe_mlp" else moe)]
