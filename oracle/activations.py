@@ -613,9 +613,11 @@ def blocks(card: ModelCard, s: Shape) -> Blocks:
 
 
 def clear_block_caches() -> None:
-    """Forget every built block (tests that edit the op graph build them again)."""
+    """Forget every built block, the layers' and the embedding / head ones (tests that edit the op graph build them
+    again)."""
     blocks.cache_clear()
     _BY_MEMORY_KEY.clear()
+    _EDGE_BLOCKS.clear()
 
 
 def layer_activation_bytes(run: RunConfig, kind: str, *, recompute: str | None = None,

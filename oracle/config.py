@@ -23,7 +23,7 @@ from oracle.errors import InvalidConfigError, PrimusError
 from oracle.hardware import (DEFAULT_MEMORY_MARGIN, HardwareProfile, bundled_hardware, load_hardware, profile_from_dict,
                              profile_to_dict)
 from oracle.model_card import ModelCard, bundled_models, load_model
-from oracle.opgraph import DEFAULT_RECOMPUTE_MODULES, RecomputeModule
+from oracle.opgraph import DEFAULT_RECOMPUTE_MODULES, AttentionBackend, RecomputeModule
 from oracle.pipeline.schedules import schedule_names
 from oracle.schema import OneOf, from_dict, to_dict, unknown_key_problems
 from oracle.yamlio import load_mapping
@@ -144,7 +144,7 @@ class TrainingConfig:
     """The attention core (QK^T and PV) runs in FP8 (Transformer Engine FP8 fused attention, Megatron-Core
     ``fp8_dot_product_attention``): the tensor-core work at the FP8 rate; the softmax exponentials stay
     one per score, so the gain is capped by the part's special-function rate. Needs precision=fp8."""
-    attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = "auto"
+    attention_backend: AttentionBackend = "auto"
     """Megatron-Core ``attention_backend`` (``--attention-backend``): auto, flash and fused run a tiled fused
     kernel (FlashAttention or cuDNN's fused attention: the attention tile model); unfused is Transformer Engine's
     UnfusedDotProductAttention, which materialises the score matrix: QK^T and PV as batched GEMMs over every

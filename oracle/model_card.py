@@ -339,11 +339,8 @@ class ModelCard:
         return self.attention_params() + self.mlp_params(self.ffn_hidden_size or 0) + self.norm_params(self.hidden_size)
 
     def moe_layer_params(self, *, experts: int | None = None) -> int:
-        """A MoE layer with ``experts`` routed experts (default all)."""
-        e = self.num_experts if experts is None else experts
-        shared = self.mlp_params(self.shared_ffn) if self.num_shared_experts else 0
-        return (self.attention_params() + self.norm_params(self.hidden_size) + self.router_params()
-                + e * self.expert_params() + shared + self.latent_proj_params())
+        """A MoE layer with ``experts`` routed experts (default all): attention and a MoE block."""
+        return self.attention_params() + self.moe_block_params(experts=experts)
 
     def mamba_gemm_params(self) -> int:
         """Weights of a Mamba layer's GEMMs: in_proj and out_proj."""

@@ -55,6 +55,10 @@ each drops and replays on this graph: oracle.activations.RECOMPUTE_REGIONS."""
 RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 """Megatron's default recompute_modules with --recompute-granularity selective."""
+AttentionBackend = Literal["auto", "flash", "fused", "unfused", "local"]
+"""A Megatron-Core ``--attention-backend`` value (AttnBackend, megatron/core/transformer/enums.py, in its enum's
+order after auto); unfused attention's ops: :func:`attention_ops`."""
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,12 +469,11 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
         qkv_n = (card.q_width + 2 * card.kv_heads * card.head_size) // tp
         ops.append(Op(name="qkv", kind=GEMM, m=T, n=qkv_n, k=H, dtype=dt, host_ops=2, saved=qkv_in))
         d_qk = d_v = card.head_size
-        # q/k norms over the heads a rank attends with: with fewer KV heads than TP ranks, one K head each
-        qk_elems = T * (card.q_width + card.kv_heads * d_qk) / tp if card.kv_heads >= tp else T * (
-            card.q_width / tp + d_qk)
         in_elems = T * H
         q_w = ctx_w = a_r * d_qk
         k_w = v_w = kv_heads_per_rank(card, tp) * d_qk
+        # q/k norms and RoPE over the heads a rank attends with: with fewer KV heads than TP ranks, one K head each
+        qk_elems = T * (q_w + k_w)
         # per-head q/k norm inputs (Qwen3)
         qk_norm_saved = (Saved("q_norm_input", T * q_w * BF16), Saved("k_norm_input", T * k_w * BF16))
     titan = s.framework == "torchtitan"

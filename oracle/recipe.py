@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oracle.errors import InvalidConfigError, clip
+from oracle.opgraph import ATTENTION_BACKENDS
 from oracle.schema import coerce
 
 PRICED, IGNORED = "priced", "ignored"
@@ -400,10 +401,6 @@ def _optimizer(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -
         return "training.optimizer=muon with use_distributed_optimizer (Megatron-LM's layer-wise distributed Muon)"
     raise _Ignore(f"the {name} optimizer is not priced (adam and muon are); the step is priced as the training "
                   "section's optimizer")
-
-
-ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
-"""Megatron-Core AttnBackend names (megatron/core/transformer/enums.py), in its enum's order after auto."""
 
 
 def _attention_backend(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:

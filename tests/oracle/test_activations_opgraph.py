@@ -137,7 +137,7 @@ def test_embedding_and_head_blocks_are_shared_only_where_they_are_equal():
     eager and compiled) the cached block equals the one its builder makes for that shape, field by field."""
     from tests.oracle.test_compute_edges import edge_sample_runs
 
-    activations._EDGE_BLOCKS.clear()
+    activations.clear_block_caches()
     runs = edge_sample_runs()
     other = MemoryAssumptions(flash_attention=False, dropout=True, router_fp32=False)
     shapes = {shape_of(r): r for r in runs} | {shape_of(r, other): r for r in runs[::5]}
