@@ -214,8 +214,8 @@ def attention_params_per_gpu(card: ModelCard, tp: int) -> float:
         return rep + split / tp
     # the fused QKV weight split over TP; with fewer KV heads than ranks Megatron-Core splits it evenly too (the
     # ranks gather its output, oracle.opgraph.qkv_gather_bytes), no head replicated
-    qkv_out = card.q_width / tp + 2 * kv_heads_per_rank(card, tp) * card.head_size if card.kv_heads >= tp else (
-        card.q_width + 2 * card.kv_heads * card.head_size) / tp
+    qkv_out = ((card.q_width + card.q_gate_width) / tp + 2 * kv_heads_per_rank(card, tp) * card.head_size
+               if card.kv_heads >= tp else card.qkv_width / tp)
     p = h * qkv_out + card.attn_out_width / tp * h
     if card.linear_bias or card.qkv_bias:
         p += qkv_out
@@ -236,6 +236,16 @@ def mamba_params_per_gpu(card: ModelCard, tp: int) -> tuple[float, float]:
     return card.mamba_gemm_params() / tp, rest / tp + card.norm_params(card.hidden_size)
 
 
+def gdn_params_per_gpu(card: ModelCard, tp: int) -> tuple[float, float]:
+    """(GEMM weights, the rest) of a Gated DeltaNet mixer on one TP rank: in_proj (column-parallel) and out_proj
+    (row-parallel); the conv1d, dt_bias and A_log split with the heads (GatedDeltaNet marks them
+    tensor_model_parallel); the input norm fused into in_proj and the output norm (one value head wide) are
+    replicated."""
+    rest = (card.gdn_conv_dim * card.gdn_conv_kernel + 2 * card.gdn_num_value_heads) / tp
+    return card.gdn_gemm_params() / tp, rest + card.norm_params(card.hidden_size) + card.norm_params(
+        card.gdn_value_head_dim)
+
+
 def mlp_params_per_gpu(card: ModelCard, ffn: float, tp: int, width: int | None = None) -> float:
     """One MLP / expert of intermediate size ``ffn`` on ``width`` (default hidden_size; a latent MoE's experts:
     expert_width) split over ``tp`` (fc1 column-, fc2 row-parallel)."""
@@ -253,14 +263,15 @@ _MODULE_OF_OP = {"attn_norm": "input_norm", "attn_residual": "attention_residual
                  "router_capacity": "router", "permute": "token_dispatcher", "embedding": "embedding",
                  "final_norm": "final_norm", "logits": "output_layer", "loss": "loss", "mamba_norm": "mixer",
                  "in_proj": "mixer", "out_proj": "mixer", "mamba_residual": "mamba_residual",
+                 "gdn_residual": "gdn_residual",
                  "latent_down": "latent_proj", "latent_up": "latent_proj", "latent_quant": "latent_proj"}
-_MODULE_OF_PREFIX = {"mlp": "mlp", "experts": "experts", "shared": "shared_experts", "mamba": "mixer"}
+_MODULE_OF_PREFIX = {"mlp": "mlp", "experts": "experts", "shared": "shared_experts", "mamba": "mixer", "gdn": "mixer"}
 
 
 def module_of(op_name: str) -> str:
     """The Megatron-Core module an op of the graph runs in (``mlp_*`` the dense MLP, ``experts_*`` the
-    routed experts, ``shared_*`` the shared experts, a Mamba layer's ops its ``mixer`` (the input norm is fused
-    into its in_proj); QKV / MLA projections, RoPE, core attention and the output projection are
+    routed experts, ``shared_*`` the shared experts, a Mamba or Gated DeltaNet layer's ops its ``mixer`` (the input
+    norm is fused into its in_proj); QKV / MLA projections, RoPE, core attention and the output projection are
     ``self_attention``)."""
     if op_name in _MODULE_OF_OP:
         return _MODULE_OF_OP[op_name]
@@ -401,9 +412,9 @@ def op_sac_plan(ops: Sequence[Op]) -> list[tuple[float, float]]:
 def _layer(card: ModelCard, s: Shape, kind: str) -> Block:
     g = s.graph
     norm = card.norm_params(card.hidden_size)
-    if kind == "mamba":  # a hybrid model's Mamba-2 layer: norm + mixer + residual (Megatron-Core MambaLayer)
-        gemm, rest = mamba_params_per_gpu(card, g.tp)
-        mods = [Module("mixer", gemm, gemm=True), Module("mixer_state", rest), Module("mamba_residual", 0.0)]
+    if kind in ("mamba", "gdn"):  # a hybrid model's Mamba-2 (MambaLayer) or Gated DeltaNet layer: norm + mixer + residual
+        gemm, rest = (mamba_params_per_gpu if kind == "mamba" else gdn_params_per_gpu)(card, g.tp)
+        mods = [Module("mixer", gemm, gemm=True), Module("mixer_state", rest), Module(f"{kind}_residual", 0.0)]
         ops = layer_ops(card, g, kind)
         return make_block(f"{kind}_layer", tuple(_with_saved(mods, ops)))
     mods = []
@@ -573,6 +584,7 @@ _BLOCK_PARTS = {
     "dense": lambda card, s: _layer(card, s, "dense"),
     "moe": lambda card, s: _layer(card, s, "moe") if card.is_moe else None,
     "mamba": lambda card, s: _layer(card, s, "mamba"),
+    "gdn": lambda card, s: _layer(card, s, "gdn"),
     "attention": lambda card, s: _layer(card, s, "attention"),
     "mlp": lambda card, s: _layer(card, s, "mlp"),
     "moe_mlp": lambda card, s: _layer(card, s, "moe_mlp"),

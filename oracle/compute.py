@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from math import ceil
 
 from oracle.activations import op_sac_plan, replayed_ops
 from oracle.comm.collectives import FLEX_BACKENDS
@@ -23,9 +24,9 @@ from oracle.cuda_graphs import GRAPH_REPLAY_HOST_OPS, captured_blocks, replays_p
 from oracle.gemm import attention_time_s, gemm_time_s, memory_bound_time_s
 from oracle.layout import Layout
 from oracle.model_card import MOE_KINDS
-from oracle.opgraph import (ATTENTION, GEMM, POST_SYNC, SSD, SSD_KERNELS_B, UNFUSED_SOFTMAX, Op, Shapes, embedding_ops,
-                            layer_ops, mamba_cp_a2a_bytes, moe_pairs, output_ops, qkv_gather_bytes,
-                            ssd_matmuls)
+from oracle.opgraph import (ATTENTION, GDN, GEMM, POST_SYNC, SSD, SSD_KERNELS_B,
+                            UNFUSED_SOFTMAX, Op, Shapes, embedding_ops, gdn_cp_a2a_bytes, gdn_kernels, layer_ops,
+                            mamba_cp_a2a_bytes, moe_pairs, output_ops, qkv_gather_bytes, ssd_matmuls)
 
 BF16 = 2
 FP32 = 4
@@ -111,6 +112,8 @@ def price_op(hw, op: Op) -> tuple[float, float, float]:
                                       op.dtype) for bwd in (False, True)) + (0.0,)
     if op.kind == SSD:
         return ssd_time_s(hw, op)
+    if op.kind == GDN:
+        return gdn_time_s(hw, op)
     # memory-bound: backward ~2x (read grad + saved input, write grad)
     return (memory_bound_time_s(hw, op.bytes_f, op.kernels), memory_bound_time_s(hw, 2 * op.bytes_f, 2 * op.kernels), 0.0)
 
@@ -146,6 +149,62 @@ def ssd_time_s(hw, op: Op) -> tuple[float, float, float]:
     b = 2 * f + gemm_time_s(hw, *states[:3], "bf16", states[3], True)
     return (f + memory_bound_time_s(hw, op.bytes_f, op.kernels),
             b + memory_bound_time_s(hw, 3 * op.bytes_f, SSD_KERNELS_B), 0.0)
+
+
+GDN_STATE_BLOCK = 64
+"""Value columns of the state one thread block of the gated delta rule's recurrence carries (flash-linear-attention
+``chunk_gated_delta_rule_fwd_kernel_h``: grid (dv / BV, batch x heads), BV 32 or 64; the larger taken)."""
+
+
+def gdn_recurrence_s(hw, op: Op) -> float:
+    """Forward device seconds of the gated delta rule's state recurrence (flash-linear-attention
+    ``chunk_gated_delta_rule_fwd_h``): one thread block per (sequence, value head, 64 state columns) walks the
+    chunks in order, each step v_new = U - W h (C x 64 x dk) and h = h exp(g) + K^T v_new (dk x 64 x C), loading its
+    chunk's W, K and U and writing v_new and the state. The steps of one block cannot overlap, so with fewer blocks
+    than compute units the kernel takes the chain's length: per step the larger of its matmuls at one unit's share
+    of the dense bf16 rate and its bytes at the active units' share of HBM bandwidth, the next chunk's loads in
+    flight meanwhile (waves when the blocks outnumber the units)."""
+    e = hw.efficiency
+    units = hw.num_compute_units
+    bv = min(GDN_STATE_BLOCK, op.d_v)
+    blocks = op.batch_heads * -(-op.d_v // bv)
+    steps = -(-op.s_q // op.chunk)
+    c, dk = op.chunk, op.d_qk
+    step_flops = 2.0 * 2 * c * dk * bv
+    step_bytes = BF16 * (2 * c * dk + 2 * c * bv + dk * bv)
+    t_flops = step_flops / (hw.peak_flops_per_s["bf16"] / units * e.attention_fwd)
+    t_bytes = step_bytes / (hw.hbm_bandwidth_bytes_per_s * e.hbm / min(blocks, units))
+    return ceil(blocks / units) * steps * max(t_flops, t_bytes)
+
+
+def gdn_time_s(hw, op: Op) -> tuple[float, float, float]:
+    """(forward, backward, 0) device seconds of the chunked gated delta rule (flash-linear-attention
+    ``chunk_gated_delta_rule``, as Megatron-Core GatedDeltaNet calls it), kernel by kernel (``gdn_kernels``): each
+    fused Triton kernel takes the larger of its matmuls at the fused-attention kernels' fraction of the dense bf16
+    rate (efficiency.attention_fwd / _bwd: tiled kernels of the same kind, estimate) and its bytes at the achievable
+    HBM bandwidth; the state recurrence at least its chain (``gdn_recurrence_s``). The backward
+    (``chunk_gated_delta_rule_bwd``) recomputes W, U and the states, then runs each forward kernel's gradient, both
+    operands of every matmul and about twice its bytes (the local dv, the reverse state recurrence for dh and dv,
+    dq dk dw dg, the WY backward: estimate), each at its forward time x 2 at the backward efficiency."""
+    e = hw.efficiency
+    groups = -(-op.s_q // op.chunk) * op.batch_heads
+    tok_heads = op.s_q * op.batch_heads
+    peak = hw.peak_flops_per_s["bf16"]
+    bw = hw.hbm_bandwidth_bytes_per_s * e.hbm
+    f = b = recompute = 0.0
+    for kern in gdn_kernels(op):
+        flops = sum(2.0 * m * n * k for m, n, k in kern.matmuls) * groups
+        mem = kern.bytes_per_token_head * tok_heads / bw
+        tf = max(flops / (peak * e.attention_fwd), mem, e.kernel_launch_s)
+        tb = max(2 * flops / (peak * e.attention_bwd), 2 * mem, 2 * e.kernel_launch_s)
+        if kern.recurrent:
+            chain = gdn_recurrence_s(hw, op)
+            tf, tb = max(tf, chain), max(tb, 2 * chain)
+        if kern.name in ("w_u", "state"):
+            recompute += tf
+        f += tf
+        b += tb
+    return f, b + recompute, 0.0
 
 
 def op_host_s(hw, op: Op) -> tuple[float, float]:
@@ -497,10 +556,10 @@ class LayerModel:
         if t.cp > 1 and o.attention is not None:
             att = o.attention
             comm["cp"] = self._cp_comm(att[1], att[2], att[0].d_qk, att[0].d_v)
-        elif t.cp > 1 and kind == "mamba":
-            # Mamba context parallelism: all-to-alls to head sharding before the conv and the scan and back after
-            # (their gradients the same way back in backward), outside any overlap: exposed
-            pre, post = mamba_cp_a2a_bytes(m, self.shapes)
+        elif t.cp > 1 and kind in ("mamba", "gdn"):
+            # Mamba / Gated DeltaNet context parallelism: all-to-alls to head sharding before the conv and the scan
+            # and back after (their gradients the same way back in backward), outside any overlap: exposed
+            pre, post = (mamba_cp_a2a_bytes if kind == "mamba" else gdn_cp_a2a_bytes)(m, self.shapes)
             a2a = sum(self._coll("all_to_all", "cp", x).time_s for x in (pre, post))
             comm["cp"] = CommPart(a2a, a2a, a2a, a2a, "direct")
         if kind in MOE_KINDS:

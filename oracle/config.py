@@ -629,9 +629,11 @@ def model_digest(card: ModelCard) -> str:
 _CARD_DEFAULTS_SINCE = {f.name: f.default for f in dataclasses.fields(ModelCard)
                         if f.name in ("hybrid_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
                                       "mamba_num_groups", "mamba_conv_kernel", "mamba_chunk_size",
-                                      "moe_latent_size", "mtp_shared_weights")}
+                                      "moe_latent_size", "mtp_shared_weights", "attention_output_gate", "hybrid_pairs",
+                                      "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
+                                      "gdn_value_head_dim", "gdn_conv_kernel")}
 """Card keys added after configuration keys were first recorded (the hybrid Mamba keys and the latent MoE width,
-2026-12-04), with their defaults."""
+2026-12-04; gated attention and the Gated DeltaNet keys, 2026-12-05), with their defaults."""
 
 
 def hardware_digest(hw: HardwareProfile) -> str:

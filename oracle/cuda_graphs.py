@@ -57,6 +57,7 @@ and ``static_grad_outputs`` ``copy_``); outputs are handed on as views. Estimate
 graphs is not modelled."""
 
 _WHOLE = {"dense": frozenset({ATTN, MLP}), "moe": frozenset({ATTN, ROUTER, EXPERTS}), "mamba": frozenset({MAMBA}),
+          "gdn": frozenset({ATTN}),
           "attention": frozenset({ATTN}), "mlp": frozenset({MLP}), "moe_mlp": frozenset({ROUTER, EXPERTS})}
 """Every op block of a layer of each kind (oracle.model_card.LAYER_KINDS)."""
 

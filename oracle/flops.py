@@ -18,6 +18,8 @@ def gemm_params_per_token(card: ModelCard, kind: str) -> float:
     """Weights a token multiplies through in one layer (norms, biases excluded; the router counts)."""
     if kind == "mamba":
         return float(card.mamba_gemm_params())
+    if kind == "gdn":
+        return float(card.gdn_gemm_params())
     attn = card.attention_gemm_params() if kind in ATTENTION_KINDS else 0
     if kind in MOE_KINDS:
         mlp = (card.moe_topk * card.mlp_gemm_params(card.expert_ffn, card.expert_width)
@@ -38,6 +40,13 @@ def mamba_scan_flops_per_token(card: ModelCard) -> float:
     state (megatron/training/training.py ``mamba_layer_flops``; Megatron-Bridge flop_utils the same, which sizes
     d_inner as 2 x hidden where this uses the card's heads x head dim)."""
     return 7.0 * card.mamba_d_inner * card.mamba_state_dim
+
+
+def gdn_core_flops_per_token(card: ModelCard) -> float:
+    """Forward FLOPs per token of a Gated DeltaNet layer besides its GEMMs, in Megatron-LM's model-FLOPs convention:
+    2 x (conv width x (2 qk + v) for the conv1d + 4 x value heads x value head dim^2 for the gated delta rule: K K^T,
+    V K^T, S (a (I - b K K^T)) and S Q) (megatron/training/training.py ``gdn_layer_flops``)."""
+    return 2.0 * (card.gdn_conv_kernel * card.gdn_conv_dim + 4 * card.gdn_num_value_heads * card.gdn_value_head_dim ** 2)
 
 
 def attention_flops_per_token(card: ModelCard, seq_len: int, layer: int) -> float:
@@ -61,6 +70,8 @@ def model_flops_per_token(card: ModelCard, seq_len: int) -> float:
             fwd += attention_flops_per_token(card, seq_len, i)
         elif kind == "mamba":
             fwd += mamba_scan_flops_per_token(card)
+        elif kind == "gdn":
+            fwd += gdn_core_flops_per_token(card)
     fwd += 2.0 * card.hidden_size * card.padded_vocab()
     return 3.0 * fwd
 
@@ -72,8 +83,14 @@ HYBRID_FLOP_FORMULA = ("model FLOPs/token = 3 x [sum over layers (2 x GEMM weigh
                        "2 x seq x heads x (d_qk + d_v) in attention layers, 7 x d_inner x state in Mamba layers) "
                        "+ 2 x hidden x vocab]  (Megatron/NeMo convention: non-causal attention, top-k experts, "
                        "no recompute)")
+GDN_FLOP_FORMULA = ("model FLOPs/token = 3 x [sum over layers (2 x GEMM weights touched per token + "
+                    "2 x seq x heads x (d_qk + d_v) in attention layers, 7 x d_inner x state in Mamba layers, "
+                    "2 x (conv x (2 qk + v) + 4 x value heads x d_v^2) in Gated DeltaNet layers) + 2 x hidden x "
+                    "vocab]  (Megatron/NeMo convention: non-causal attention, top-k experts, no recompute)")
 
 
 def flop_formula(card: ModelCard) -> str:
     """The formula :func:`model_flops_per_token` applies to ``card`` (in words, for a projection's details)."""
+    if "gdn" in card.layer_kinds:
+        return GDN_FLOP_FORMULA
     return HYBRID_FLOP_FORMULA if "mamba" in card.layer_kinds else FLOP_FORMULA

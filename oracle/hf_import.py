@@ -29,7 +29,7 @@ _PLAIN_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pyt
 _ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
-    "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen3NextForCausalLM": "qwen3_next", "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox", "NemotronForCausalLM": "nemotron", "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Llama4ForConditionalGeneration": "llama4",
@@ -296,18 +296,24 @@ def _mixtral(r: _Reader) -> dict[str, Any]:
     return card
 
 
-def _qwen_moe(r: _Reader) -> dict[str, Any]:
-    """qwen2_moe, qwen3_moe: MoE where (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers."""
-    card = _attention_shape(r)
-    n = card["num_layers"]
+def _qwen_moe_layers(r: _Reader) -> Callable[[int], bool]:
+    """Which layers of a Qwen MoE config hold a MoE block: (i + 1) % decoder_sparse_step == 0 and i not in
+    mlp_only_layers (transformers Qwen2MoE / Qwen3MoE / Qwen3Next decoder layers)."""
     step = r.opt("decoder_sparse_step", 1, minimum=1)
     mlp_only = r.opt("mlp_only_layers", [])
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in mlp_only):
         r.problems.append(f"config.json (model_type {r.model_type!r}): mlp_only_layers={clip(repr(mlp_only), 80)} "
                           f"must list layer indices")
         mlp_only = []
-    mlp_only = set(mlp_only)
-    layout = _moe_layout(r, n, lambda i: i not in mlp_only and (i + 1) % step == 0)
+    dense = set(mlp_only)
+    return lambda i: i not in dense and (i + 1) % step == 0
+
+
+def _qwen_moe(r: _Reader) -> dict[str, Any]:
+    """qwen2_moe, qwen3_moe: MoE where (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers."""
+    card = _attention_shape(r)
+    n = card["num_layers"]
+    layout = _moe_layout(r, n, _qwen_moe_layers(r))
     card.update(norm="rmsnorm", activation=r.act(True), tied_embeddings=bool(r.opt("tie_word_embeddings", False)),
                 num_experts=r.req("num_experts"), moe_topk=r.req("num_experts_per_tok"),
                 moe_ffn_hidden_size=r.req("moe_intermediate_size"), **layout)
@@ -478,13 +484,68 @@ def _nemotron_h(r: _Reader) -> dict[str, Any]:
     return card
 
 
+_QWEN3_NEXT_MIXER = {"linear_attention": "G", "full_attention": "*"}
+"""transformers Qwen3NextConfig layer_types -> Megatron-Core hybrid pattern symbols of the token mixer."""
+
+
+def _qwen3_next(r: _Reader) -> dict[str, Any]:
+    """Qwen3-Next (transformers Qwen3NextConfig): transformer layers whose token mixer is a Gated DeltaNet
+    ('linear_attention') or gated attention ('full_attention', every full_attention_interval-th layer by default),
+    each followed by a MoE block (or a dense MLP in mlp_only_layers / off the decoder_sparse_step), written as a
+    hybrid pattern of two symbols per layer (G or *, then E or -)."""
+    n = r.req("num_hidden_layers")
+    types = r.opt("layer_types", [])
+    if not types and isinstance(n, int) and 0 < n <= MAX_LIST_LENGTH:
+        every = r.opt("full_attention_interval", 4, minimum=1)
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+    bad = sorted({clip(repr(t), 40) for t in types if not (isinstance(t, str) and t in _QWEN3_NEXT_MIXER)})
+    if bad:
+        r.problems.append(f"config.json (model_type {r.model_type!r}): layer_types entries {', '.join(bad)} are not "
+                          f"one of {', '.join(_QWEN3_NEXT_MIXER)}")
+    elif isinstance(n, int) and types and len(types) != n:
+        r.problems.append(f"config.json (model_type {r.model_type!r}): layer_types lists {len(types)} layers but "
+                          f"num_hidden_layers={n}")
+    is_moe = _qwen_moe_layers(r)
+    ok = not bad and types and not (isinstance(n, int) and len(types) != n)
+    pattern = "".join(_QWEN3_NEXT_MIXER[t] + ("E" if is_moe(i) else "-") for i, t in enumerate(types)) if ok else None
+    heads = r.req("num_attention_heads")
+    card: dict[str, Any] = {
+        "num_layers": len(pattern) if pattern else n, "hidden_size": r.req("hidden_size"),
+        "num_attention_heads": heads, "num_query_groups": r.opt("num_key_value_heads", heads),
+        "head_dim": r.opt("head_dim"), "vocab_size": r.req("vocab_size"),
+        "max_seq_len": r.opt("max_position_embeddings", 4096), "norm": "rmsnorm", "activation": r.act(True),
+        "tied_embeddings": bool(r.opt("tie_word_embeddings", False)), "qk_layernorm": True,
+        "attention_output_gate": True, "hybrid_pattern": pattern, "hybrid_pairs": True,
+        "gdn_num_key_heads": r.opt("linear_num_key_heads", 16, minimum=1),
+        "gdn_num_value_heads": r.opt("linear_num_value_heads", 32, minimum=1),
+        "gdn_key_head_dim": r.opt("linear_key_head_dim", 128, minimum=1),
+        "gdn_value_head_dim": r.opt("linear_value_head_dim", 128, minimum=1),
+        "gdn_conv_kernel": r.opt("linear_conv_kernel_dim", 4, minimum=1),
+        "num_experts": r.req("num_experts"), "moe_topk": r.req("num_experts_per_tok"),
+        "moe_ffn_hidden_size": r.req("moe_intermediate_size"),
+    }
+    if pattern and "-" in pattern:
+        card["ffn_hidden_size"] = r.req("intermediate_size")
+    shared = r.opt("shared_expert_intermediate_size", 0, minimum=0)
+    if shared:
+        card.update(num_shared_experts=1, shared_expert_ffn_hidden_size=shared)
+        r.notes.append("the shared expert's sigmoid gate (H parameters per MoE layer) is not counted")
+    card.update(_biases(r))
+    n_mtp = r.opt("num_nextn_predict_layers", r.opt("mtp_num_hidden_layers", 0, minimum=0), minimum=0)
+    if n_mtp:
+        card["mtp_layers"] = n_mtp
+        r.notes.append(f"{n_mtp} MTP depths, each a gated-attention + MoE layer with weights of its own")
+    r.notes.append("partial rotary (partial_rotary_factor) is priced as RoPE over the whole of Q and K")
+    return card
+
+
 _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "phi3": _llama, "granite": _llama,
     "olmo2": _llama, "mixtral": _mixtral, "olmoe": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek, "glm4_moe": _deepseek,
     "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "llama4": _llama4, "llama4_text": _llama4,
-    "dbrx": _dbrx, "nemotron_h": _nemotron_h,
+    "dbrx": _dbrx, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 
@@ -524,6 +585,8 @@ SIZE_LIMITS: dict[str, int] = {
     "interleave_moe_layer_step": 10_000, "sliding_window_pattern": 10_000, "n_layers": 10_000, "n_heads": 2**16,
     "mamba_num_heads": 2**16, "mamba_head_dim": 2**16, "ssm_state_size": 2**16, "n_groups": 2**16,
     "conv_kernel": 2**16, "chunk_size": 2**30, "moe_shared_expert_intermediate_size": 2**22,
+    "linear_num_key_heads": 2**16, "linear_num_value_heads": 2**16, "linear_key_head_dim": 2**16,
+    "linear_value_head_dim": 2**16, "linear_conv_kernel_dim": 2**16, "full_attention_interval": 10_000,
 }
 """Size keys of a config.json and the largest value :func:`card_from_hf_config` accepts."""
 MAX_LIST_LENGTH = 10_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oracle.errors import InvalidConfigError, clip
-from oracle.layout import Layout
+from oracle.layout import Layout, assignment_of
 from oracle.model_card import MOE_KINDS
 from oracle.opgraph import RECOMPUTE_MODULES
 from oracle.pipeline.schedules import SCHEDULES, get_schedule
@@ -170,23 +170,42 @@ def _latent_moe_problems(run: RunConfig) -> list[str]:
 
 
 def _hybrid_problems(run: RunConfig) -> list[str]:
-    """A hybrid (Mamba) model: what Megatron-Core's MambaMixer asserts of the layout, and what is not modelled."""
+    """A hybrid model: what Megatron-Core asserts of its layout (MambaMixer, GatedDeltaNet), and what is not modelled."""
     t, m = run.training, run.model
     p = []
     if t.framework != "megatron":
-        p.append(f"framework={t.framework} with {m.name}: a hybrid Mamba model runs in Megatron-Core "
-                 f"(HybridModel); TorchTitan has no Mamba layer")
-    # Megatron-Core select_pipeline_segment: a hybrid model's stages are an even split, first/last stage layer
-    # counts, or '|' separators in its pattern (here: pipeline_model_parallel_layout, one '|' per boundary)
-    if t.vpp > 1 and not t.pipeline_model_parallel_layout:
-        p.append(f"vpp={t.vpp} with the hybrid model {m.name}: Megatron-Core takes virtual pipeline stages of a "
-                 f"hybrid model only from '|' separators in its layer pattern; give them as "
-                 f"pipeline_model_parallel_layout (one '|' per stage boundary), or use vpp=1")
-    if t.account_for_embedding_in_pipeline_split or t.account_for_loss_in_pipeline_split:
-        p.append(f"account_for_embedding/loss_in_pipeline_split with the hybrid model {m.name}: Megatron-Core "
-                 f"splits a hybrid model by its layer pattern (evenly, decoder_first/last_pipeline_num_layers, or "
-                 f"'|' separators: pipeline_model_parallel_layout), not by these flags")
+        mixer = "Mamba" if "mamba" in m.layer_kinds else "Gated DeltaNet"
+        p.append(f"framework={t.framework} with {m.name}: a hybrid {mixer} model runs in Megatron-Core "
+                 f"(HybridModel); TorchTitan has no {mixer} layer")
+    if m.hybrid_pairs:
+        # a GPTModel (Qwen3-Next): its pipeline splits transformer layers, two pattern symbols each
+        try:
+            stages = assignment_of(run).layers_by_rank()
+        except InvalidConfigError:  # a split that does not exist: the layout's own checks say why
+            stages = ()
+        cut = [ch[0] for rank in stages for ch in rank if ch and ch[0] % 2]
+        if cut:
+            p.append(f"pp={t.pp} vpp={t.vpp}: a stage of {m.name} would start inside a transformer layer (pattern "
+                     f"position {cut[0]}: each layer is a mixer and an MLP symbol); split it into whole layers "
+                     f"({m.num_layers // 2} layers: pp x vpp must divide them, or give first/last stage sizes in "
+                     f"whole layers)")
+    else:
+        # Megatron-Core select_pipeline_segment: a hybrid model's stages are an even split, first/last stage layer
+        # counts, or '|' separators in its pattern (here: pipeline_model_parallel_layout, one '|' per boundary)
+        if t.vpp > 1 and not t.pipeline_model_parallel_layout:
+            p.append(f"vpp={t.vpp} with the hybrid model {m.name}: Megatron-Core takes virtual pipeline stages of a "
+                     f"hybrid model only from '|' separators in its layer pattern; give them as "
+                     f"pipeline_model_parallel_layout (one '|' per stage boundary), or use vpp=1")
+        if t.account_for_embedding_in_pipeline_split or t.account_for_loss_in_pipeline_split:
+            p.append(f"account_for_embedding/loss_in_pipeline_split with the hybrid model {m.name}: Megatron-Core "
+                     f"splits a hybrid model by its layer pattern (evenly, decoder_first/last_pipeline_num_layers, or "
+                     f"'|' separators: pipeline_model_parallel_layout), not by these flags")
+    if "gdn" in m.layer_kinds:
+        p += _gdn_problems(run)
     if "mamba" not in m.layer_kinds:
+        if t.moe_a2a_overlap and "gdn" in m.layer_kinds:
+            p.append(f"moe_a2a_overlap=true with the hybrid model {m.name}: the merged forward/backward all-to-all "
+                     f"overlap is not modelled for Gated DeltaNet layers")
         return p
     heads, groups = m.mamba_heads, m.mamba_num_groups
     if heads % t.tp or groups % t.tp:
@@ -206,6 +225,24 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
         p.append(f"moe_a2a_overlap=true with the hybrid model {m.name}: the merged forward/backward all-to-all "
                  f"overlap is not modelled for Mamba layers")
     return p
+
+
+def _gdn_problems(run: RunConfig) -> list[str]:
+    """Gated DeltaNet layers: what Megatron-Core's GatedDeltaNet asserts of the layout (its in_proj sections and
+    heads split over TP, and over CP after the all-to-all)."""
+    t, m = run.training, run.model
+    nk, nv = m.gdn_num_key_heads, m.gdn_num_value_heads
+    if nk % t.tp or nv % t.tp:
+        return [f"tp={t.tp} must divide the {nk} key heads and the {nv} value heads of {m.name}'s Gated DeltaNet "
+                f"layers (Megatron-Core GatedDeltaNet: each TP rank holds whole heads)"]
+    if (nk // t.tp) % t.cp or (nv // t.tp) % t.cp:
+        return [f"cp={t.cp} with tp={t.tp}: Gated DeltaNet context parallelism shards each TP rank's {nk // t.tp} "
+                f"key and {nv // t.tp} value heads over cp (Megatron-Core GatedDeltaNet all-to-all): cp must divide "
+                f"both"]
+    if t.precision != "bf16" and m.gdn_in_proj_width % 16:
+        return [f"precision={t.precision} with {m.name}: the Gated DeltaNet in_proj output width "
+                f"{m.gdn_in_proj_width} must be a multiple of 16 for FP8 (Megatron-Core GatedDeltaNet)"]
+    return []
 
 
 def _cuda_graph_problems(run: RunConfig) -> list[str]:

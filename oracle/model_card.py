@@ -22,13 +22,13 @@ MODEL_DIR = Path(__file__).resolve().parent / "models"
 
 Activation = Literal["swiglu", "geglu", "gelu", "squared_relu", "relu"]
 GATED = ("swiglu", "geglu")
-HYBRID_SYMBOLS: dict[str, str] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe_mlp"}
+HYBRID_SYMBOLS: dict[str, str] = {"M": "mamba", "G": "gdn", "*": "attention", "-": "mlp", "E": "moe_mlp"}
 """Megatron-Core hybrid layer pattern symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols) and
-the layer kind each is: a Mamba-2 mixer, an attention-only layer, an MLP-only layer, a MoE-only layer."""
-HYBRID_UNMODELLED: dict[str, str] = {"G": "gated delta net", "D": "DeepSeek sparse attention", "+": "MLA",
-                                     "/": "MTP patterns"}
+the layer kind each is: a Mamba-2 mixer, a Gated DeltaNet mixer, an attention-only layer, an MLP-only layer, a
+MoE-only layer."""
+HYBRID_UNMODELLED: dict[str, str] = {"D": "DeepSeek sparse attention", "+": "MLA", "/": "MTP patterns"}
 """Pattern symbols Megatron-Core takes that this oracle does not model."""
-LAYER_KINDS: tuple[str, ...] = ("dense", "moe", "mamba", "attention", "mlp", "moe_mlp")
+LAYER_KINDS: tuple[str, ...] = ("dense", "moe", "mamba", "gdn", "attention", "mlp", "moe_mlp")
 """Every decoder layer kind: a transformer layer with a dense MLP or a MoE block, and the hybrid kinds."""
 HYBRID_KINDS: tuple[str, ...] = tuple(HYBRID_SYMBOLS.values())
 """The layer kinds only a hybrid model has."""
@@ -46,6 +46,8 @@ MAX_SIZES: dict[str, int] = {
     "moe_topk": _HEADS, "vocab_size": 2**24, "make_vocab_size_divisible_by": 2**24, "max_seq_len": _CONTEXT,
     "sliding_window": _CONTEXT, "mamba_num_heads": _HEADS, "mamba_head_dim": _HEADS, "mamba_state_dim": _HEADS,
     "mamba_num_groups": _HEADS, "mamba_conv_kernel": _HEADS, "mamba_chunk_size": _CONTEXT, "moe_latent_size": _WIDTH,
+    "gdn_num_key_heads": _HEADS, "gdn_num_value_heads": _HEADS, "gdn_key_head_dim": _HEADS,
+    "gdn_value_head_dim": _HEADS, "gdn_conv_kernel": _HEADS,
 }
 """Largest accepted value of each size field: about 100x the largest published model's, the bounds
 oracle.hf_import.SIZE_LIMITS puts on config.json keys (a fuzzed card of 10**7 layers took 37 s to refuse,
@@ -106,6 +108,9 @@ class ModelCard:
     """Every n-th layer (0-based index % n == 0) uses the window; 0 = none, 1 = all."""
     attention_sinks: bool = False
     """Learnable per-head softmax sink (gpt-oss): a parameters per layer."""
+    attention_output_gate: bool = False
+    """Gated attention (Megatron-Core ``attention_output_gate``, Qwen3-Next): the QKV projection also produces a
+    per-query-channel gate, and the attention output is multiplied by its sigmoid before the output projection."""
     num_experts: int = 0
     """Routed experts E (0 = dense model)."""
     moe_topk: int = 0
@@ -136,6 +141,11 @@ class ModelCard:
     """Megatron-Core hybrid model (``--hybrid-layer-pattern``, HF ``hybrid_override_pattern``): one symbol per
     decoder layer, M a Mamba-2 mixer, * attention, - MLP, E MoE (:data:`HYBRID_SYMBOLS`). None: every layer is a
     transformer layer (attention + MLP or MoE)."""
+    hybrid_pairs: bool = False
+    """The hybrid pattern writes transformer layers as (token mixer, MLP or MoE) symbol pairs: Megatron-Core runs
+    the model as a GPTModel whose layers mix with a Gated DeltaNet or attention (Qwen3-Next: experimental_attention_
+    variant gated_delta_net, linear_attention_freq), so its pipeline splits whole pairs the way a GPT model's is
+    split (virtual stages without '|' too), not by HybridModel's pattern rules."""
     mamba_num_heads: int | None = None
     """Mamba-2 heads (None: 2 x hidden_size / mamba_head_dim, Megatron-Core's expand = 2)."""
     mamba_head_dim: int = 64
@@ -148,6 +158,16 @@ class ModelCard:
     """Depthwise causal conv1d width (d_conv)."""
     mamba_chunk_size: int = 128
     """SSD chunk length Q (Megatron-Core MambaMixer chunk_size)."""
+    gdn_num_key_heads: int = 16
+    """Gated DeltaNet query / key heads (Megatron-Core ``linear_num_key_heads``; HF ``linear_num_key_heads``)."""
+    gdn_num_value_heads: int = 32
+    """Gated DeltaNet value heads (``linear_num_value_heads``): q and k are repeated to these heads."""
+    gdn_key_head_dim: int = 128
+    """Gated DeltaNet query / key head dim (``linear_key_head_dim``)."""
+    gdn_value_head_dim: int = 128
+    """Gated DeltaNet value head dim (``linear_value_head_dim``)."""
+    gdn_conv_kernel: int = 4
+    """Gated DeltaNet depthwise causal conv1d width (``linear_conv_kernel_dim``)."""
     make_vocab_size_divisible_by: int = 128
     """Megatron pads the vocabulary to a multiple of this x TP."""
     published_params_billion: float | None = None
@@ -218,6 +238,27 @@ class ModelCard:
         """Channels of the depthwise conv1d: x, B and C."""
         return self.mamba_d_inner + 2 * self.mamba_num_groups * self.mamba_state_dim
 
+    @property
+    def gdn_qk_dim(self) -> int:
+        """Gated DeltaNet query (and key) width: key heads x key head dim."""
+        return self.gdn_num_key_heads * self.gdn_key_head_dim
+
+    @property
+    def gdn_v_dim(self) -> int:
+        """Gated DeltaNet value width: value heads x value head dim."""
+        return self.gdn_num_value_heads * self.gdn_value_head_dim
+
+    @property
+    def gdn_in_proj_width(self) -> int:
+        """Output width of the Gated DeltaNet in_proj: q, k, v, the output gate z, beta and alpha (one each per value
+        head) (Megatron-Core GatedDeltaNet in_proj_split_sections)."""
+        return 2 * self.gdn_qk_dim + 2 * self.gdn_v_dim + 2 * self.gdn_num_value_heads
+
+    @property
+    def gdn_conv_dim(self) -> int:
+        """Channels of the Gated DeltaNet depthwise conv1d: q, k and v."""
+        return 2 * self.gdn_qk_dim + self.gdn_v_dim
+
     def __hash__(self) -> int:
         """The fields' hash (the dataclass's own), computed once per card: a card keys most of the oracle's caches,
         and hashing its fields costs about as much as the rest of a cache lookup."""
@@ -266,6 +307,17 @@ class ModelCard:
         return 2 * self.kv_heads * self.head_size
 
     @property
+    def q_gate_width(self) -> int:
+        """Width of the output gate the QKV projection also produces (``attention_output_gate``: one per query
+        channel), else 0."""
+        return self.q_width if self.attention_output_gate and self.attention != "mla" else 0
+
+    @property
+    def qkv_width(self) -> int:
+        """Output width of the fused QKV projection (GQA): Q, the output gate if any, K and V."""
+        return self.q_width + self.q_gate_width + 2 * self.kv_heads * self.head_size
+
+    @property
     def attn_out_width(self) -> int:
         """Input width of the attention output projection."""
         if self.attention == "mla":
@@ -284,7 +336,7 @@ class ModelCard:
             q = (h * self.q_lora_rank + self.q_lora_rank * self.q_width) if self.q_lora_rank else h * self.q_width
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * self.kv_width  # type: ignore[operator]
             return q + kv + self.attn_out_width * h
-        return h * (self.q_width + 2 * self.kv_heads * self.head_size) + self.attn_out_width * h
+        return h * self.qkv_width + self.attn_out_width * h
 
     def mlp_gemm_params(self, ffn: int, width: int | None = None) -> int:
         """Weights of one MLP's GEMMs (up, gate when gated, down) of intermediate size ``ffn`` on ``width`` (default
@@ -312,7 +364,7 @@ class ModelCard:
             if self.q_lora_rank:
                 norms += self.norm_params(self.q_lora_rank)
             return self.attention_gemm_params() + norms
-        qkv_out = self.q_width + 2 * self.kv_heads * self.head_size
+        qkv_out = self.qkv_width
         p = self.attention_gemm_params() + self.norm_params(h)
         if b or self.qkv_bias:
             p += qkv_out
@@ -353,6 +405,17 @@ class ModelCard:
         return (self.norm_params(self.hidden_size) + self.mamba_gemm_params() + conv + 3 * self.mamba_heads
                 + self.mamba_d_inner)
 
+    def gdn_gemm_params(self) -> int:
+        """Weights of a Gated DeltaNet layer's GEMMs: in_proj and out_proj."""
+        return self.hidden_size * self.gdn_in_proj_width + self.gdn_v_dim * self.hidden_size
+
+    def gdn_layer_params(self) -> int:
+        """A Gated DeltaNet layer (Megatron-Core GatedDeltaNet in a TransformerLayer): the input norm (fused into
+        in_proj), in_proj, the conv1d's weight (no bias: Megatron-Core's default, Qwen3-Next's), dt_bias and A_log
+        per value head, the output RMSNorm over one value head's width (shared by the heads), out_proj."""
+        return (self.norm_params(self.hidden_size) + self.gdn_gemm_params() + self.gdn_conv_dim * self.gdn_conv_kernel
+                + 2 * self.gdn_num_value_heads + self.norm_params(self.gdn_value_head_dim))
+
     def moe_block_params(self, *, experts: int | None = None) -> int:
         """A MoE block: its pre-MLP norm, the router, ``experts`` routed experts (default all), shared experts."""
         e = self.num_experts if experts is None else experts
@@ -368,6 +431,8 @@ class ModelCard:
             return self.dense_layer_params()
         if kind == "mamba":
             return self.mamba_layer_params()
+        if kind == "gdn":
+            return self.gdn_layer_params()
         if kind == "attention":
             return self.attention_params()
         if kind == "mlp":
@@ -498,6 +563,18 @@ class ModelCard:
             elif groups > 0 and heads % groups:
                 p.append(f"{w}: mamba_num_heads={heads} must be a multiple of mamba_num_groups={groups} "
                          f"(MambaMixer: each group shares B and C over nheads / ngroups heads)")
+        if self.hybrid_pairs and (len(pat) % 2 or any(pat[i] not in "MG*" or pat[i + 1] not in "-E"
+                                                       for i in range(0, len(pat) - 1, 2))):
+            p.append(f"{w}: hybrid_pairs=true needs the pattern as (mixer, MLP) pairs: G, M or * then - or E, "
+                     f"each layer two symbols")
+        if "G" in pat:
+            sizes = [k for k in ("gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
+                                 "gdn_value_head_dim", "gdn_conv_kernel") if getattr(self, k) <= 0]
+            p += [f"{w}: {k}={getattr(self, k)} must be > 0" for k in sizes]
+            if not sizes and self.gdn_num_value_heads % self.gdn_num_key_heads:
+                p.append(f"{w}: gdn_num_value_heads={self.gdn_num_value_heads} must be a multiple of "
+                         f"gdn_num_key_heads={self.gdn_num_key_heads} (GatedDeltaNet repeats q and k to the value "
+                         f"heads)")
         return p
 
     @classmethod

@@ -36,7 +36,7 @@ INT64 = 8
 MASK = 1
 """torch.bool dropout mask / routing map: 1 B per element."""
 
-GEMM, ATTENTION, MEMORY, SSD = "gemm", "attention", "memory", "ssd"
+GEMM, ATTENTION, MEMORY, SSD, GDN = "gemm", "attention", "memory", "ssd", "gdn"
 ATTN, MLP, ROUTER, EXPERTS, MAMBA = "attn", "mlp", "router", "moe", "mamba"
 """Blocks of a decoder layer (``Op.block``): the attention block (input norm to residual add), a dense MLP
 block (norm to residual add), a MoE block split into its router (pre-MLP norm, router GEMM, top-k and
@@ -84,7 +84,10 @@ class Op:
     kind: str
     """``gemm`` | ``attention`` | ``memory`` | ``ssd`` (a Mamba-2 layer's fused conv1d + chunked state-space scan:
     ``batch_heads`` mbs x local heads, ``s_q`` tokens per sequence on this rank, ``d_v`` the head dim P,
-    ``state`` N, ``state_groups`` mbs x local B/C groups, ``chunk`` Q, ``bytes_f`` / ``kernels`` its traffic)."""
+    ``state`` N, ``state_groups`` mbs x local B/C groups, ``chunk`` Q, ``bytes_f`` / ``kernels`` its traffic) |
+    ``gdn`` (a Gated DeltaNet layer's chunked gated delta rule: ``batch_heads`` mbs x local value heads, ``s_q``
+    tokens per sequence on this rank, ``d_qk`` / ``d_v`` the key / value head dims, ``chunk`` its length,
+    ``bytes_f`` / ``kernels`` its traffic)."""
     m: int = 0
     """GEMM rows (tokens) of ONE group."""
     n: int = 0
@@ -159,6 +162,8 @@ class Op:
             return 2.0 * self.batch_heads * self.s_q * self.s_k * (self.d_qk + self.d_v)
         if self.kind == SSD:
             return sum(2.0 * g * m * n * k for m, n, k, g in ssd_matmuls(self))
+        if self.kind == GDN:
+            return sum(2.0 * g * m * n * k for m, n, k, g in gdn_matmuls(self))
         return 0.0
 
 
@@ -172,6 +177,54 @@ def ssd_matmuls(op: Op) -> tuple[tuple[int, int, int, int], ...]:
     return ((q, q, n_state, chunks * op.state_groups),
             (n_state, p, q, chunks * op.batch_heads),
             (q, p, q + n_state, chunks * op.batch_heads))
+
+
+GDN_CHUNK = 64
+"""Chunk length of the chunked gated delta rule (flash-linear-attention ``chunk_gated_delta_rule``, which
+Megatron-Core GatedDeltaNet calls: its kernels tile the sequence in chunks of 64 tokens)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GdnKernel:
+    """One kernel of the chunked gated delta rule's forward: its matmuls as (m, n, k) per (chunk, value head), and
+    the HBM bytes it reads and writes per (token, value head)."""
+
+    name: str
+    matmuls: tuple[tuple[int, int, int], ...]
+    bytes_per_token_head: float
+    recurrent: bool = False
+    """Walks the chunks in order (the state recurrence): one thread block per (head, state columns) for the whole
+    sequence."""
+
+
+def gdn_kernels(op: Op) -> tuple[GdnKernel, ...]:
+    """The forward kernels of the chunked gated delta rule (Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks",
+    Sec. 3.3, the WY representation; flash-linear-attention ``chunk_gated_delta_rule_fwd``), with chunk C, key /
+    value head dims dk / dv: the gate's chunk cumsum (fp32); beta K K^T (chunk_scaled_dot_kkt, A written in fp32);
+    the inverse of the unit lower-triangular (I + A) (solve_tril: ~C^3/3 multiply-adds, a C x C x C/3 matmul's;
+    A read in fp32, written in bf16); W = A beta K exp(g) and U = A beta V (recompute_w_u); the state recurrence
+    v_new = U - W h, h = h exp(g) + K^T v_new, sequential over the chunks (chunk_gated_delta_rule_fwd_h, a bf16
+    (dk x dv) state written per chunk); the output Q h exp(g) + (Q K^T o M) v_new (chunk_fwd_o)."""
+    c, dk, dv = op.chunk, op.d_qk, op.d_v
+    state = BF16 * dk * dv / c  # one state per chunk and head, per token of the chunk
+    return (GdnKernel("cumsum", (), 2 * FP32),
+            GdnKernel("kkt", ((c, c, dk),), BF16 * (dk + 1) + FP32 * (1 + c)),
+            GdnKernel("solve_tril", ((c, c, max(1, c // 3)),), FP32 * c + BF16 * c),
+            GdnKernel("w_u", ((c, dk, c), (c, dv, c)), BF16 * (c + dk + dv + 1 + dk + dv) + FP32),
+            GdnKernel("state", ((c, dv, dk), (dk, dv, c)), BF16 * (2 * dk + 2 * dv) + FP32 + state, recurrent=True),
+            GdnKernel("output", ((c, dv, dk), (c, c, dk), (c, dv, c)), BF16 * (2 * dk + 2 * dv) + FP32 + state))
+
+
+def gdn_kernels_of(dk: int, dv: int, chunk: int) -> tuple[GdnKernel, ...]:
+    """:func:`gdn_kernels` of a rule with these head dims and chunk."""
+    return gdn_kernels(Op(name="gdn_rule", kind=GDN, d_qk=dk, d_v=dv, chunk=chunk))
+
+
+def gdn_matmuls(op: Op) -> tuple[tuple[int, int, int, int], ...]:
+    """Every matmul of the rule's forward (:func:`gdn_kernels`) as (m, n, k, groups), one group per (chunk, value
+    head)."""
+    g = -(-op.s_q // op.chunk) * op.batch_heads
+    return tuple((m, n, k, g) for kern in gdn_kernels(op) for m, n, k in kern.matmuls)
 
 
 def avg_keys(seq: int, window: int | None) -> float:
@@ -326,7 +379,7 @@ def qkv_gather_bytes(card, s: Shapes) -> float:
     layout, MLA has no fused QKV)."""
     if card.attention == "mla" or card.kv_heads >= s.tp or s.framework != "megatron":
         return 0.0
-    return BF16 * s.T * (card.q_width + 2 * card.kv_heads * card.head_size)
+    return BF16 * s.T * card.qkv_width
 
 
 def _dropout_mask(s: Shapes, hidden: int) -> tuple[Saved, ...]:
@@ -466,7 +519,7 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
         v_w = ctx_w = a_r * d_v
         # MLA's qk_layernorm is the latent norms: their inputs are saved by q_up / kv_up above
     else:
-        qkv_n = (card.q_width + 2 * card.kv_heads * card.head_size) // tp
+        qkv_n = card.qkv_width // tp
         ops.append(Op(name="qkv", kind=GEMM, m=T, n=qkv_n, k=H, dtype=dt, host_ops=2, saved=qkv_in))
         d_qk = d_v = card.head_size
         in_elems = T * H
@@ -505,6 +558,13 @@ def attention_ops(card, s: Shapes, window: int | None) -> list[Op]:
                   d_qk=d_qk, d_v=d_v, seq=s.seq_len, window=window, dtype=s.attention_dtype, softmax=softmax,
                   host_ops=2 + UNFUSED_SOFTMAX[softmax].kernels if unfused else 3,
                   saved=_core_attention_saved(card, s, q_w, k_w, v_w, softmax)))
+    if card.q_gate_width:
+        # gated attention (Megatron-Core SelfAttention._apply_output_gate): the gate copied contiguous out of the
+        # QKV output, then context x sigmoid(gate) in fp32 (one fused kernel), which keeps the gate (the context
+        # it also keeps is the attention kernel's saved output)
+        g_w = a_r * card.head_size
+        ops.append(Op(name="attn_gate", kind=MEMORY, bytes_f=BF16 * 5 * T * g_w, kernels=2, host_ops=4,
+                      saved=(Saved("gate", T * g_w * BF16),)))
     # output-projection GEMM input (K22 "linear projection: 2sbh")
     ops.append(Op(name="attn_out", kind=GEMM, m=T, n=H, k=card.attn_out_width // tp, dtype=dt, host_ops=2,
                   saved=(Saved("context", T * ctx_w * b_g),)))
@@ -794,14 +854,85 @@ def mamba_ops(card, s: Shapes) -> list[Op]:
         # the output back to "l b d" (contiguous), then ExtendedRMSNorm over groups of d_inner / ngroups
         # (norm_before_gate=False: the scan already gated it with silu(z)); it keeps its input
         Op(name="mamba_out_norm", kind=MEMORY, bytes_f=BF16 * 4 * T * d_in, kernels=2, host_ops=4,
-           saved=(Saved("norm_input", T * d_in * BF16),)),
-        Op(name="out_proj", kind=GEMM, m=T, n=H, k=d_in, dtype=dt, host_ops=2,
-           saved=(Saved("out_proj_input", T * d_in * b_g),))]
-    if dt != "bf16":
-        ops.append(_quant_op(s, "mamba_quant", _cast_bytes(s, T * H + T * d_in), PRE_SYNC))
-    ops.append(Op(name="mamba_residual", kind=MEMORY, bytes_f=BF16 * 3 * Tsp * H, host_ops=1,
+           saved=(Saved("norm_input", T * d_in * BF16),))]
+    return ops + _mixer_out(card, s, "mamba", d_in)
+
+
+def _mixer_out(card, s: Shapes, prefix: str, width: int) -> list[Op]:
+    """A hybrid mixer layer's end: out_proj (row-parallel) from the rank's ``width`` channels, the FP8 / FP4 casts of
+    the mixer's two GEMM inputs (in_proj's H, out_proj's width), the residual add."""
+    H, T = card.hidden_size, s.T
+    ops = [Op(name="out_proj", kind=GEMM, m=T, n=H, k=width, dtype=s.dtype, host_ops=2,
+              saved=(Saved("out_proj_input", T * width * s.saved_gemm_bytes),))]
+    if s.dtype != "bf16":
+        ops.append(_quant_op(s, f"{prefix}_quant", _cast_bytes(s, T * H + T * width), PRE_SYNC))
+    ops.append(Op(name=f"{prefix}_residual", kind=MEMORY, bytes_f=BF16 * 3 * s.T_sp * H, host_ops=1,
                   saved=_dropout_mask(s, H)))
     return ops
+
+
+GDN_KERNELS_F, GDN_KERNELS_B = 6, 12
+"""Kernels of flash-linear-attention's chunked gated delta rule: forward the gate's chunk cumsum, beta K K^T,
+solve_tril, W/U, the state recurrence, the output; backward those it recomputes (W/U, the states) and the gradient
+kernels (local dv, the reverse state recurrence dh / dv, dq dk dw dg, the WY backward, the cumsum's)."""
+
+
+def gdn_cp_a2a_bytes(card, s: Shapes) -> tuple[float, float]:
+    """Bytes per rank of a Gated DeltaNet layer's context-parallel all-to-alls (Megatron-Core GatedDeltaNet
+    ``tensor_a2a_cp2hp`` of the whole in_proj output before the conv, ``tensor_a2a_hp2cp`` of the gated norm's
+    output after it), forward; the backward sends the same back. (0, 0) without CP."""
+    if s.cp == 1:
+        return 0.0, 0.0
+    return BF16 * s.T * card.gdn_in_proj_width / s.tp, BF16 * s.T * card.gdn_v_dim / s.tp
+
+
+def gdn_ops(card, s: Shapes) -> list[Op]:
+    """A Gated DeltaNet layer (Megatron-Core GatedDeltaNet as the self-attention of a TransformerLayer: Qwen3-Next's
+    linear-attention layers): input norm (fused into in_proj), in_proj to q, k, v, the output gate z, beta and
+    alpha, the depthwise causal conv1d with SiLU over q, k, v (flash-linear-attention causal_conv1d), the L2 norms
+    of q and k and their repeat to the value heads, g and beta, the chunked gated delta rule, the output RMSNorm
+    gated by silu(z) and its layout copy back, out_proj, residual add. TP splits the heads; with context
+    parallelism the conv and the rule run over the whole sequence for heads / (tp x cp) between two all-to-alls
+    (oracle.compute prices them)."""
+    H, tp, cp, T, Tsp, dt, b_g = card.hidden_size, s.tp, s.cp, s.T, s.T_sp, s.dtype, s.saved_gemm_bytes
+    in_w, qk, v = card.gdn_in_proj_width // tp, card.gdn_qk_dim // tp, card.gdn_v_dim // tp
+    nv, dk, dv, c = card.gdn_num_value_heads // tp, card.gdn_key_head_dim, card.gdn_value_head_dim, GDN_CHUNK
+    conv = 2 * qk + v
+    rep = card.gdn_num_value_heads // card.gdn_num_key_heads  # q and k repeated to the value heads
+    ops = [_norm_op(card, s, "gdn_norm", KEPT),
+           Op(name="in_proj", kind=GEMM, m=T, n=in_w, k=H, dtype=dt, host_ops=2,
+              saved=(Saved("in_proj_input", Tsp * H * b_g),))]
+    if cp > 1:
+        # the projection's heads permuted for one all-to-all (index_select), the result's chunk order undone, and
+        # the norm output's way back (tensor_a2a_cp2hp / hp2cp), read + write each
+        pre, post = gdn_cp_a2a_bytes(card, s)
+        ops.append(Op(name="gdn_cp_copies", kind=MEMORY, bytes_f=2 * (2 * pre + 2 * post), kernels=8, host_ops=12))
+    # from here on every tensor is per token of the rank's tokens (under CP: the whole sequence, heads / cp: the
+    # same count of elements). causal_conv1d reads q, k, v (strided, in the projection's output) and writes them
+    # convolved and activated, keeping its input; the prep copies q and k contiguous, L2-normalises them (keeping
+    # the output), repeats them to the value heads, copies v and z contiguous; g = -exp(A) softplus(alpha + dt_bias)
+    # in fp32 and sigmoid(beta) (one fused kernel)
+    prep_bytes = BF16 * T * (2 * 2 * qk + 2 * 2 * qk + qk * 2 * (1 + rep) + 2 * v + 2 * v) + T * nv * (4 * BF16 + FP32)
+    ops += [Op(name="gdn_conv", kind=MEMORY, bytes_f=BF16 * 2 * T * conv, kernels=1, host_ops=3,
+               saved=(Saved("conv_input", T * conv * BF16),)),
+            Op(name="gdn_prep", kind=MEMORY, bytes_f=prep_bytes, kernels=8 if rep > 1 else 6, host_ops=14,
+               saved=(Saved("qk_l2norm_output", T * 2 * qk * BF16), Saved("alpha_beta", T * 2 * nv * BF16)))]
+    heads = nv // cp
+    seq = s.seq_len
+    ops += [
+        # ChunkGatedDeltaRuleFunction keeps q, k (repeated), v, g, beta and A (bf16, one C-wide row per token and
+        # head) and recomputes W, U and the states in backward
+        Op(name="gdn_rule", kind=GDN, batch_heads=s.mbs * heads, s_q=seq, d_qk=dk, d_v=dv, chunk=c,
+           bytes_f=s.mbs * seq * heads * sum(k.bytes_per_token_head for k in gdn_kernels_of(dk, dv, c)),
+           kernels=GDN_KERNELS_F, host_ops=10,
+           saved=(Saved("qk_repeated", T * 2 * nv * dk * BF16), Saved("v", T * v * BF16),
+                  Saved("g_beta", T * nv * (FP32 + BF16)), Saved("A", T * nv * c * BF16))),
+        # the output norm (TENorm over one value head's width, keeping its input) times silu(z) in fp32 (one fused
+        # kernel, keeping z and the normalised output), then "b s" back to "s b" (contiguous)
+        Op(name="gdn_out_norm", kind=MEMORY, bytes_f=BF16 * 7 * T * v, kernels=3, host_ops=6,
+           saved=(Saved("norm_input", T * v * BF16), Saved("gate_z", T * v * BF16),
+                  Saved("normed", T * v * BF16)))]
+    return ops + _mixer_out(card, s, "gdn", v)
 
 
 def _as_layer_input(ops: list[Op]) -> list[Op]:
@@ -830,6 +961,8 @@ def _layer_ops(card, s: Shapes, kind: str, window: int | None) -> tuple[Op, ...]
 def _build_layer_ops(card, s: Shapes, kind: str, window: int | None) -> list[Op]:
     if kind == "mamba":
         blocked = [(op, MAMBA) for op in mamba_ops(card, s)]
+    elif kind == "gdn":  # a TransformerLayer whose self-attention is the Gated DeltaNet: the attention block
+        blocked = [(op, ATTN) for op in gdn_ops(card, s)]
     elif kind in ("mlp", "moe_mlp"):  # a hybrid model's MLP-only or MoE-only layer
         blocked = []
     else:

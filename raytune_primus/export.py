@@ -398,8 +398,9 @@ def _torchtitan(run: RunConfig) -> Export:
     if t.torch_compile:
         opt.append(("compile.enable", True))
     if run.model.is_hybrid:
-        unsup.append(("model", run.model.name, "a hybrid Mamba model: TorchTitan 0.3 has no Mamba layer (Megatron-Core "
-                                               "HybridModel runs it)"))
+        mixer = "Mamba" if "mamba" in run.model.layer_kinds else "Gated DeltaNet"
+        unsup.append(("model", run.model.name, f"a hybrid {mixer} model: TorchTitan 0.3 has no {mixer} layer "
+                                               f"(Megatron-Core HybridModel runs it)"))
     elif t.framework != "torchtitan":
         unsup.append(("framework", t.framework, "the projection priced Megatron/Transformer Engine kernels; "
                                                 "re-project with framework=torchtitan for TorchTitan's"))

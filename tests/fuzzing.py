@@ -462,6 +462,11 @@ def kinds() -> dict[str, Kind]:
                                  _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
         "model-card-hybrid": Kind("model-card-hybrid", lambda: _load_yaml("oracle/models/nemotronh-8b.yaml"),
                                   _write_yaml("card.yaml"), lambda p, tmp: ["models", "show", str(p)], _lib_card),
+        "hf-config-gdn": Kind("hf-config-gdn", lambda: json.loads((ROOT / "tests/fixtures/hf/qwen3-next-80b-a3b/"
+                                                                   "config.json").read_text()),
+                              _write_json, lambda p, tmp: ["models", "import", str(p)], _lib_hf),
+        "model-card-gdn": Kind("model-card-gdn", lambda: _load_yaml("oracle/models/qwen3-next-80b-a3b.yaml"),
+                               _write_yaml("card.yaml"), lambda p, tmp: ["models", "show", str(p)], _lib_card),
         "csv": Kind("csv", _csv_seed, _write_csv, lambda p, tmp: ["validate", str(p), "--format", "json"], _lib_csv),
         "megatron-args": Kind("megatron-args", _launch_seed, _write_text("launch.txt", _launch_line), _launch_argv,
                               _lib_launch),

@@ -215,7 +215,7 @@ def _card(**changes) -> dict:
 
 
 @pytest.mark.parametrize("changes,match", [
-    (dict(hybrid_pattern="MG*-"), "symbol 'G' \\(gated delta net\\) is not modelled"),
+    (dict(hybrid_pattern="MD*-"), "symbol 'D' \\(DeepSeek sparse attention\\) is not modelled"),
     (dict(hybrid_pattern="M*M-M"), "5 layer symbols but num_layers=4"),
     (dict(hybrid_pattern="M*|M-"), "give the stages as training.pipeline_model_parallel_layout"),
     (dict(hybrid_pattern="M*ME"), "MoE layers \\(E\\) but num_experts=0"),
