@@ -192,7 +192,7 @@ def gdn_time_s(hw, op: Op) -> tuple[float, float, float]:
     peak = hw.peak_flops_per_s["bf16"]
     bw = hw.hbm_bandwidth_bytes_per_s * e.hbm
     f = b = recompute = 0.0
-    for kern in gdn_kernels(op):
+    for kern in gdn_kernels(op.d_qk, op.d_v, op.chunk):
         flops = sum(2.0 * m * n * k for m, n, k in kern.matmuls) * groups
         mem = kern.bytes_per_token_head * tok_heads / bw
         tf = max(flops / (peak * e.attention_fwd), mem, e.kernel_launch_s)
@@ -200,7 +200,7 @@ def gdn_time_s(hw, op: Op) -> tuple[float, float, float]:
         if kern.recurrent:
             chain = gdn_recurrence_s(hw, op)
             tf, tb = max(tf, chain), max(tb, 2 * chain)
-        if kern.name in ("w_u", "state"):
+        if kern.recomputed:
             recompute += tf
         f += tf
         b += tb

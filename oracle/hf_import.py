@@ -499,14 +499,15 @@ def _qwen3_next(r: _Reader) -> dict[str, Any]:
         every = r.opt("full_attention_interval", 4, minimum=1)
         types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
     bad = sorted({clip(repr(t), 40) for t in types if not (isinstance(t, str) and t in _QWEN3_NEXT_MIXER)})
+    miscounted = isinstance(n, int) and len(types) != n
     if bad:
         r.problems.append(f"config.json (model_type {r.model_type!r}): layer_types entries {', '.join(bad)} are not "
                           f"one of {', '.join(_QWEN3_NEXT_MIXER)}")
-    elif isinstance(n, int) and types and len(types) != n:
+    elif types and miscounted:
         r.problems.append(f"config.json (model_type {r.model_type!r}): layer_types lists {len(types)} layers but "
                           f"num_hidden_layers={n}")
     is_moe = _qwen_moe_layers(r)
-    ok = not bad and types and not (isinstance(n, int) and len(types) != n)
+    ok = not bad and types and not miscounted
     pattern = "".join(_QWEN3_NEXT_MIXER[t] + ("E" if is_moe(i) else "-") for i, t in enumerate(types)) if ok else None
     heads = r.req("num_attention_heads")
     card: dict[str, Any] = {

@@ -174,7 +174,7 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
     t, m = run.training, run.model
     p = []
     if t.framework != "megatron":
-        mixer = "Mamba" if "mamba" in m.layer_kinds else "Gated DeltaNet"
+        mixer = m.mixer_name or "Mamba"
         p.append(f"framework={t.framework} with {m.name}: a hybrid {mixer} model runs in Megatron-Core "
                  f"(HybridModel); TorchTitan has no {mixer} layer")
     if m.hybrid_pairs:
@@ -202,11 +202,19 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
                      f"'|' separators: pipeline_model_parallel_layout), not by these flags")
     if "gdn" in m.layer_kinds:
         p += _gdn_problems(run)
-    if "mamba" not in m.layer_kinds:
-        if t.moe_a2a_overlap and "gdn" in m.layer_kinds:
-            p.append(f"moe_a2a_overlap=true with the hybrid model {m.name}: the merged forward/backward all-to-all "
-                     f"overlap is not modelled for Gated DeltaNet layers")
-        return p
+    if "mamba" in m.layer_kinds:
+        p += _mamba_problems(run)
+    if t.moe_a2a_overlap and m.mixer_name:
+        p.append(f"moe_a2a_overlap=true with the hybrid model {m.name}: the merged forward/backward all-to-all "
+                 f"overlap is not modelled for {m.mixer_name} layers")
+    return p
+
+
+def _mamba_problems(run: RunConfig) -> list[str]:
+    """Mamba layers: what Megatron-Core's MambaMixer asserts of the layout (heads and groups split over TP, and over
+    CP by MambaContextParallel), and FP8's alignment of its in_proj."""
+    t, m = run.training, run.model
+    p = []
     heads, groups = m.mamba_heads, m.mamba_num_groups
     if heads % t.tp or groups % t.tp:
         p.append(f"tp={t.tp} must divide the {heads} Mamba heads and the {groups} Mamba groups of {m.name} "
@@ -221,9 +229,6 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
     if t.precision != "bf16" and m.mamba_in_proj_width % 16:
         p.append(f"precision={t.precision} with {m.name}: the Mamba in_proj output width {m.mamba_in_proj_width} "
                  f"must be a multiple of 16 for FP8 (Megatron-Core MambaMixer)")
-    if t.moe_a2a_overlap:
-        p.append(f"moe_a2a_overlap=true with the hybrid model {m.name}: the merged forward/backward all-to-all "
-                 f"overlap is not modelled for Mamba layers")
     return p
 
 

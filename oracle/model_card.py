@@ -219,6 +219,12 @@ class ModelCard:
         return self.hybrid_pattern is not None
 
     @property
+    def mixer_name(self) -> str:
+        """The token mixers besides attention a hybrid model's layers use, in words ('Mamba', 'Gated DeltaNet', both
+        joined by 'and'); '' for none."""
+        return " and ".join(n for k, n in (("mamba", "Mamba"), ("gdn", "Gated DeltaNet")) if k in self.layer_kinds)
+
+    @property
     def mamba_heads(self) -> int:
         """Mamba-2 heads: given, or d_inner / head dim with d_inner = 2 x hidden (MambaMixer expand = 2)."""
         return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
@@ -526,6 +532,10 @@ class ModelCard:
             p += self._hybrid_problems(w)
         return p
 
+    def _nonpositive(self, w: str, *keys: str) -> list[str]:
+        """A problem line for each of ``keys`` that is not a positive size."""
+        return [f"{w}: {k}={getattr(self, k)} must be > 0" for k in keys if getattr(self, k) <= 0]
+
     def _hybrid_problems(self, w: str) -> list[str]:
         """A hybrid pattern's own checks (Megatron-Core HybridModel / MambaMixer asserts)."""
         pat = self.hybrid_pattern or ""
@@ -552,11 +562,10 @@ class ModelCard:
             p.append(f"{w}: first_dense_layers / moe_layer_freq do not apply to a hybrid model: its pattern places "
                      f"the MoE layers")
         if "M" in pat:
-            sizes = [k for k in ("mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
-                                 "mamba_chunk_size") if getattr(self, k) <= 0]
-            p += [f"{w}: {k}={getattr(self, k)} must be > 0" for k in sizes]
-            if sizes:
-                return p
+            sizes = self._nonpositive(w, "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
+                                      "mamba_chunk_size")
+            if sizes:  # the head count below divides by them
+                return p + sizes
             heads, groups = self.mamba_heads, self.mamba_num_groups
             if heads <= 0:
                 p.append(f"{w}: mamba_num_heads={heads} must be > 0")
@@ -568,9 +577,9 @@ class ModelCard:
             p.append(f"{w}: hybrid_pairs=true needs the pattern as (mixer, MLP) pairs: G, M or * then - or E, "
                      f"each layer two symbols")
         if "G" in pat:
-            sizes = [k for k in ("gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
-                                 "gdn_value_head_dim", "gdn_conv_kernel") if getattr(self, k) <= 0]
-            p += [f"{w}: {k}={getattr(self, k)} must be > 0" for k in sizes]
+            sizes = self._nonpositive(w, "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
+                                      "gdn_value_head_dim", "gdn_conv_kernel")
+            p += sizes
             if not sizes and self.gdn_num_value_heads % self.gdn_num_key_heads:
                 p.append(f"{w}: gdn_num_value_heads={self.gdn_num_value_heads} must be a multiple of "
                          f"gdn_num_key_heads={self.gdn_num_key_heads} (GatedDeltaNet repeats q and k to the value "

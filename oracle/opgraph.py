@@ -195,36 +195,35 @@ class GdnKernel:
     recurrent: bool = False
     """Walks the chunks in order (the state recurrence): one thread block per (head, state columns) for the whole
     sequence."""
+    recomputed: bool = False
+    """The backward runs it again instead of keeping its output (W, U and the states: flash-linear-attention
+    ``chunk_gated_delta_rule_bwd``)."""
 
 
-def gdn_kernels(op: Op) -> tuple[GdnKernel, ...]:
+@lru_cache(maxsize=64)
+def gdn_kernels(dk: int, dv: int, c: int) -> tuple[GdnKernel, ...]:
     """The forward kernels of the chunked gated delta rule (Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks",
-    Sec. 3.3, the WY representation; flash-linear-attention ``chunk_gated_delta_rule_fwd``), with chunk C, key /
-    value head dims dk / dv: the gate's chunk cumsum (fp32); beta K K^T (chunk_scaled_dot_kkt, A written in fp32);
+    Sec. 3.3, the WY representation; flash-linear-attention ``chunk_gated_delta_rule_fwd``), with key / value head
+    dims dk / dv and chunk c: the gate's chunk cumsum (fp32); beta K K^T (chunk_scaled_dot_kkt, A written in fp32);
     the inverse of the unit lower-triangular (I + A) (solve_tril: ~C^3/3 multiply-adds, a C x C x C/3 matmul's;
     A read in fp32, written in bf16); W = A beta K exp(g) and U = A beta V (recompute_w_u); the state recurrence
     v_new = U - W h, h = h exp(g) + K^T v_new, sequential over the chunks (chunk_gated_delta_rule_fwd_h, a bf16
     (dk x dv) state written per chunk); the output Q h exp(g) + (Q K^T o M) v_new (chunk_fwd_o)."""
-    c, dk, dv = op.chunk, op.d_qk, op.d_v
     state = BF16 * dk * dv / c  # one state per chunk and head, per token of the chunk
     return (GdnKernel("cumsum", (), 2 * FP32),
             GdnKernel("kkt", ((c, c, dk),), BF16 * (dk + 1) + FP32 * (1 + c)),
             GdnKernel("solve_tril", ((c, c, max(1, c // 3)),), FP32 * c + BF16 * c),
-            GdnKernel("w_u", ((c, dk, c), (c, dv, c)), BF16 * (c + dk + dv + 1 + dk + dv) + FP32),
-            GdnKernel("state", ((c, dv, dk), (dk, dv, c)), BF16 * (2 * dk + 2 * dv) + FP32 + state, recurrent=True),
+            GdnKernel("w_u", ((c, dk, c), (c, dv, c)), BF16 * (c + dk + dv + 1 + dk + dv) + FP32, recomputed=True),
+            GdnKernel("state", ((c, dv, dk), (dk, dv, c)), BF16 * (2 * dk + 2 * dv) + FP32 + state, recurrent=True,
+                      recomputed=True),
             GdnKernel("output", ((c, dv, dk), (c, c, dk), (c, dv, c)), BF16 * (2 * dk + 2 * dv) + FP32 + state))
-
-
-def gdn_kernels_of(dk: int, dv: int, chunk: int) -> tuple[GdnKernel, ...]:
-    """:func:`gdn_kernels` of a rule with these head dims and chunk."""
-    return gdn_kernels(Op(name="gdn_rule", kind=GDN, d_qk=dk, d_v=dv, chunk=chunk))
 
 
 def gdn_matmuls(op: Op) -> tuple[tuple[int, int, int, int], ...]:
     """Every matmul of the rule's forward (:func:`gdn_kernels`) as (m, n, k, groups), one group per (chunk, value
     head)."""
     g = -(-op.s_q // op.chunk) * op.batch_heads
-    return tuple((m, n, k, g) for kern in gdn_kernels(op) for m, n, k in kern.matmuls)
+    return tuple((m, n, k, g) for kern in gdn_kernels(op.d_qk, op.d_v, op.chunk) for m, n, k in kern.matmuls)
 
 
 def avg_keys(seq: int, window: int | None) -> float:
@@ -923,7 +922,7 @@ def gdn_ops(card, s: Shapes) -> list[Op]:
         # ChunkGatedDeltaRuleFunction keeps q, k (repeated), v, g, beta and A (bf16, one C-wide row per token and
         # head) and recomputes W, U and the states in backward
         Op(name="gdn_rule", kind=GDN, batch_heads=s.mbs * heads, s_q=seq, d_qk=dk, d_v=dv, chunk=c,
-           bytes_f=s.mbs * seq * heads * sum(k.bytes_per_token_head for k in gdn_kernels_of(dk, dv, c)),
+           bytes_f=s.mbs * seq * heads * sum(k.bytes_per_token_head for k in gdn_kernels(dk, dv, c)),
            kernels=GDN_KERNELS_F, host_ops=10,
            saved=(Saved("qk_repeated", T * 2 * nv * dk * BF16), Saved("v", T * v * BF16),
                   Saved("g_beta", T * nv * (FP32 + BF16)), Saved("A", T * nv * c * BF16))),

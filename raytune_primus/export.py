@@ -398,7 +398,7 @@ def _torchtitan(run: RunConfig) -> Export:
     if t.torch_compile:
         opt.append(("compile.enable", True))
     if run.model.is_hybrid:
-        mixer = "Mamba" if "mamba" in run.model.layer_kinds else "Gated DeltaNet"
+        mixer = run.model.mixer_name or "Mamba"
         unsup.append(("model", run.model.name, f"a hybrid {mixer} model: TorchTitan 0.3 has no {mixer} layer "
                                                f"(Megatron-Core HybridModel runs it)"))
     elif t.framework != "torchtitan":

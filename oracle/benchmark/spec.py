@@ -110,7 +110,7 @@ def layer_spec(card: ModelCard, run: RunConfig, plan: BenchPlan, kind: str, wind
     """The rank's share of a ``kind`` layer of ``card`` in the downscaled layout ``plan``."""
     if card.is_hybrid and kind not in ("embedding", "output", "optimizer"):
         raise BenchmarkError(f"benchmark mode times transformer layers (attention + MLP or MoE); {card.name} is a "
-                             f"hybrid {'Mamba' if 'mamba' in card.layer_kinds else 'Gated DeltaNet'} model "
+                             f"hybrid {card.mixer_name or 'Mamba'} model "
                              f"({', '.join(sorted(set(card.layer_kinds)))} layers), which it "
                              f"cannot build yet: use --mode simulate")
     if kind not in KINDS:
