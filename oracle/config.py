@@ -139,7 +139,10 @@ class TrainingConfig:
     """The routed experts' MLP (FC1, activation x routing probability, quantise, FC2) as one fused grouped
     kernel over every local expert with device-side token counts (Transformer Engine's op fuser with the
     CuTe DSL grouped MLP: Megatron-Bridge ``cutedsl_fused_grouped_mlp`` / ``use_transformer_engine_op_fuser``).
-    Removes the activation's and casts' HBM round trips and the per-expert launch loop."""
+    Removes the activation's and casts' HBM round trips and the per-expert launch loop. On a squared-ReLU
+    (non-GLU) expert MLP, Megatron-Core takes the op-fuser path too (ScaledSReLU, ``_is_fused_impl_supported``),
+    but the CuTe DSL kernel is GLU-only: its GEMMs, activation and casts are priced as the unfused ones, and only
+    the device-side token counts (no host sync with a static HybridEP budget) carry over."""
     fp8_dot_product_attention: bool = False
     """The attention core (QK^T and PV) runs in FP8 (Transformer Engine FP8 fused attention, Megatron-Core
     ``fp8_dot_product_attention``): the tensor-core work at the FP8 rate; the softmax exponentials stay

@@ -16,7 +16,8 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from oracle.pipeline.schedules import get_schedule
-from oracle.pipeline_layout import PipelineAssignment, StageWeights, VirtualStage, assign, card_weights
+from oracle.pipeline_layout import (PipelineAssignment, StageWeights, VirtualStage, assign, card_weights,
+                                     pattern_positions)
 
 if TYPE_CHECKING:  # annotations only: oracle.config checks legality through this module
     from oracle.config import RunConfig
@@ -161,7 +162,8 @@ class Layout:
         if t.recompute_num_layers is None:
             return n
         share = t.recompute_num_layers // t.vpp + (1 if chunk < t.recompute_num_layers % t.vpp else 0)
-        return min(n, share)
+        m = self.run.model
+        return min(n, share * (m.num_layers // m.pipeline_layers))  # Megatron layers: a hybrid_pairs card's are pairs
 
     @property
     def v_shape(self) -> bool:
@@ -201,17 +203,23 @@ def bf16_layers(run: RunConfig) -> tuple[int, int]:
     t = run.training
     if not t.first_last_layers_bf16 or t.precision == "bf16":
         return 0, 0
-    return t.num_layers_at_start_in_bf16, t.num_layers_at_end_in_bf16
+    per = run.model.num_layers // run.model.pipeline_layers  # Megatron layers: a hybrid_pairs card's are pairs
+    return t.num_layers_at_start_in_bf16 * per, t.num_layers_at_end_in_bf16 * per
 
 
 def assignment_of(run: RunConfig) -> PipelineAssignment:
     """The pipeline layer assignment of ``run`` from its layout keys (:func:`oracle.pipeline_layout.assign`)."""
     t, m = run.training, run.model
-    return assign(m.num_layers, t.pp, t.vpp, mtp_layers=m.mtp_layers, first=t.decoder_first_pipeline_num_layers,
-                  last=t.decoder_last_pipeline_num_layers, layout=t.pipeline_model_parallel_layout,
-                  account_for_embedding=t.account_for_embedding_in_pipeline_split,
-                  account_for_loss=t.account_for_loss_in_pipeline_split, model=m.name,
-                  weights=lambda: _weights(m))
+    # a hybrid_pairs card (a GPTModel written as (mixer, MLP) pattern pairs): the layout keys count its transformer
+    # layers, as Megatron's do; each becomes its two pattern positions
+    name = m.name if m.pipeline_layers == m.num_layers else f"{m.name} (counted in its {m.pipeline_layers} " \
+                                                            f"transformer layers)"
+    a = assign(m.pipeline_layers, t.pp, t.vpp, mtp_layers=m.mtp_layers, first=t.decoder_first_pipeline_num_layers,
+               last=t.decoder_last_pipeline_num_layers, layout=t.pipeline_model_parallel_layout,
+               account_for_embedding=t.account_for_embedding_in_pipeline_split,
+               account_for_loss=t.account_for_loss_in_pipeline_split, model=name, weights=lambda: _weights(m))
+    per = m.num_layers // m.pipeline_layers
+    return a if per == 1 else pattern_positions(a, per)
 
 
 @lru_cache(maxsize=256)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oracle.errors import InvalidConfigError, clip
-from oracle.layout import Layout, assignment_of
+from oracle.layout import Layout
 from oracle.model_card import MOE_KINDS
 from oracle.opgraph import RECOMPUTE_MODULES
 from oracle.pipeline.schedules import SCHEDULES, get_schedule
@@ -111,7 +111,8 @@ def check(run: RunConfig) -> list[str]:
                      f"got recompute={t.recompute}")
         elif t.recompute_num_layers < 0:
             p.append(f"recompute_num_layers={t.recompute_num_layers} must be >= 0")
-        elif lay is not None and t.recompute_num_layers > (most := max(sum(map(len, c)) for c in lay.stage_layers)):
+        elif lay is not None and t.recompute_num_layers > (most := max(sum(map(len, c)) for c in lay.stage_layers)
+                                                           // (m.num_layers // m.pipeline_layers)):
             p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {most} layers "
                      f"of the largest pipeline stage")
     if t.recompute_modules is not None:
@@ -177,19 +178,7 @@ def _hybrid_problems(run: RunConfig) -> list[str]:
         mixer = m.mixer_name or "Mamba"
         p.append(f"framework={t.framework} with {m.name}: a hybrid {mixer} model runs in Megatron-Core "
                  f"(HybridModel); TorchTitan has no {mixer} layer")
-    if m.hybrid_pairs:
-        # a GPTModel (Qwen3-Next): its pipeline splits transformer layers, two pattern symbols each
-        try:
-            stages = assignment_of(run).layers_by_rank()
-        except InvalidConfigError:  # a split that does not exist: the layout's own checks say why
-            stages = ()
-        cut = [ch[0] for rank in stages for ch in rank if ch and ch[0] % 2]
-        if cut:
-            p.append(f"pp={t.pp} vpp={t.vpp}: a stage of {m.name} would start inside a transformer layer (pattern "
-                     f"position {cut[0]}: each layer is a mixer and an MLP symbol); split it into whole layers "
-                     f"({m.num_layers // 2} layers: pp x vpp must divide them, or give first/last stage sizes in "
-                     f"whole layers)")
-    else:
+    if not m.hybrid_pairs:  # a hybrid_pairs GPTModel (Qwen3-Next) splits whole transformer layers (assignment_of)
         # Megatron-Core select_pipeline_segment: a hybrid model's stages are an even split, first/last stage layer
         # counts, or '|' separators in its pattern (here: pipeline_model_parallel_layout, one '|' per boundary)
         if t.vpp > 1 and not t.pipeline_model_parallel_layout:
@@ -333,8 +322,9 @@ def _dispatcher_problems(run: RunConfig) -> list[str]:
     if t.fused_grouped_mlp:
         if not m.is_moe:
             p.append(f"fused_grouped_mlp=true fuses the routed experts' MLP; {m.name} is dense")
-        elif not m.gated:
-            p.append(f"fused_grouped_mlp=true needs a gated (GLU) expert MLP; {m.name} has activation {m.activation}")
+        elif not m.gated and m.activation != "squared_relu":  # Megatron-Core experts._is_fused_impl_supported
+            p.append(f"fused_grouped_mlp=true needs a gated (GLU) or squared-ReLU expert MLP (Transformer Engine's "
+                     f"op fuser); {m.name} has activation {m.activation}")
         if t.framework != "megatron":
             p.append("fused_grouped_mlp=true is Transformer Engine's op fuser: it needs framework=megatron")
     return p
@@ -381,9 +371,9 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
         if t.precision == "bf16":
             p.append("first_last_layers_bf16=true keeps layers in BF16 under an FP8/FP4 recipe: precision is already bf16")
         a, b = t.num_layers_at_start_in_bf16, t.num_layers_at_end_in_bf16
-        if a < 0 or b < 0 or a + b > m.num_layers:
+        if a < 0 or b < 0 or a + b > m.pipeline_layers:
             p.append(f"num_layers_at_start_in_bf16={a} + num_layers_at_end_in_bf16={b} must be >= 0 each and at most "
-                     f"the {m.num_layers} layers of {m.name}")
+                     f"the {m.pipeline_layers} layers of {m.name}")
     if t.muon_ns_steps < 1:
         p.append(f"muon_ns_steps={t.muon_ns_steps} must be >= 1")
     if t.optimizer == "muon" and t.fsdp and t.framework == "megatron":

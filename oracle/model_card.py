@@ -197,6 +197,13 @@ class ModelCard:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
     @property
+    def pipeline_layers(self) -> int:
+        """The layers Megatron's pipeline layout keys count (decoder_first/last_pipeline_num_layers, the layout
+        string's ``t``, even splits): num_layers, or the transformer layers of a ``hybrid_pairs`` card (two pattern
+        positions each)."""
+        return self.num_layers // 2 if self.hybrid_pairs else self.num_layers
+
+    @property
     def gated(self) -> bool:
         return self.activation in GATED
 

@@ -281,7 +281,8 @@ class Shapes(HashedOnce):
     router_fusion: bool = False
     """The router's score function, top-k and aux-loss statistics run fused (TrainingConfig.moe_router_fusion)."""
     fused_mlp: bool = False
-    """The routed experts' MLP is one fused grouped kernel (TrainingConfig.fused_grouped_mlp)."""
+    """The routed experts' MLP is one fused grouped kernel (TrainingConfig.fused_grouped_mlp on a GLU expert MLP:
+    the CuTe DSL grouped MLP is GLU-only)."""
     attention_dtype: str = "bf16"
     """Precision of the attention core's matmuls: bf16, or fp8 (TrainingConfig.fp8_dot_product_attention)."""
     unfused_attention: bool = False
@@ -327,7 +328,7 @@ class Shapes(HashedOnce):
                   t.fp8_recipe, t.moe_load, t.moe_expert_capacity_factor, t.moe_buffer_load, t.moe_paged_stash,
                   saved_input_bytes(t), FP8 if t.fp8_activations else BF16, t.framework, t.torch_compile,
                   2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16, t.moe_router_fusion,
-                  t.fused_grouped_mlp, "fp8" if t.fp8_dot_product_attention else "bf16",
+                  t.fused_grouped_mlp and run.model.gated, "fp8" if t.fp8_dot_product_attention else "bf16",
                   "mxfp8" if t.fp8_output_proj else "bf16", t.moe_a2a_backend, t.attention_backend == "unfused")
         key = (cls, values, tuple(saved_tensor_assumptions.items()))
         hit = _SHAPES.get(key)

@@ -378,11 +378,22 @@ def card_weights(card: ModelCard) -> StageWeights:
     def active(kind: str) -> float:
         return float(card.layer_params(kind, experts=card.moe_topk))
     per_layer = [active(k) for k in card.layer_kinds]
+    if card.hybrid_pairs:  # Megatron's pipeline splits (mixer, MLP) pairs: one weight per pair
+        per_layer = [per_layer[i] + per_layer[i + 1] for i in range(0, len(per_layer), 2)]
     mean = sum(per_layer) / len(per_layer)
     head = float(card.padded_vocab() * card.hidden_size)
     kind = "moe" if card.is_moe else "dense"
     mtp = 2.0 * card.hidden_size ** 2 + active(kind) + head
     return StageWeights(layers=tuple(x / mean for x in per_layer), embedding=0.0, loss=head / mean, mtp=mtp / mean)
+
+
+@lru_cache(maxsize=256)
+def pattern_positions(a: PipelineAssignment, per_layer: int) -> PipelineAssignment:
+    """``a`` with each layer index i standing for ``per_layer`` consecutive pattern positions (i*per_layer, ...):
+    a hybrid_pairs card's stages from an assignment of its transformer layers."""
+    stages = tuple(VirtualStage(layers=tuple(range(s.layers[0] * per_layer, (s.layers[-1] + 1) * per_layer))
+                                if s.layers else (), embedding=s.embedding, mtp=s.mtp, loss=s.loss) for s in a.stages)
+    return PipelineAssignment(pp=a.pp, vpp=a.vpp, stages=stages, method=a.method)
 
 
 def _load_key(a: PipelineAssignment, w: StageWeights) -> tuple[float, float, float]:

@@ -231,7 +231,8 @@ def _fp8_recipe(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) 
     name = str(v).lower()
     if name not in _FP8_RECIPES:
         raise InvalidConfigError(f"recipe {given}={v!r}: valid FP8 recipes are {', '.join(_FP8_RECIPES)}")
-    if out.get("precision") == "nvfp4" or ("fp4_recipe" in every and every.get("fp8_format") is None):
+    fp4_on = "fp4_recipe" in every or every.get("fp4") not in (None, False, "none", "")
+    if out.get("precision") == "nvfp4" or (fp4_on and every.get("fp8_format") is None and every.get("fp8") is None):
         raise _Ignore("the run trains in NVFP4 (fp4_recipe): the FP8 recipe scales nothing priced")
     out["precision"] = "fp8"
     out["fp8_recipe"] = _FP8_RECIPES[name]
@@ -246,9 +247,100 @@ def _fp4_recipe(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) 
     return "training.precision=nvfp4"
 
 
+def _fp4_format(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    # Megatron-Core TransformerConfig.fp4 (--fp4-format): the FP4 element format, whose only value e2m1 turns FP4
+    # on; fp4_recipe (default nvfp4) says how it is scaled
+    if v in (None, False, "none", ""):
+        raise _Ignore("no FP4")
+    if str(v).lower() not in ("e2m1", "nvfp4"):
+        raise InvalidConfigError(f"recipe {given}={v!r}: the only FP4 format is e2m1")
+    if str(every.get("fp4_recipe", "nvfp4")).lower() != "nvfp4":
+        raise InvalidConfigError(f"recipe {given}={v!r} with fp4_recipe={every['fp4_recipe']!r}: the only FP4 "
+                                 f"recipe priced is nvfp4")
+    out["precision"] = "nvfp4"
+    out.pop("fp8_recipe", None)
+    return "training.precision=nvfp4 (e2m1 elements, scaled as fp4_recipe says: nvfp4)"
+
+
+def _layout_text(v: Any, given: str) -> str:
+    """A pipeline layout as Megatron-Core's string: a Megatron-Bridge list of stages (each a list of layer type
+    names, pipeline_parallel_layer_layout.PipelineParallelLayerLayout) is written as its stages joined by '|'."""
+    if not isinstance(v, (list, tuple)):
+        return str(v)
+    chars = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+    stages = []
+    for stage in v:
+        if not isinstance(stage, (list, tuple)):
+            raise InvalidConfigError(f"recipe {given}: a list layout holds one list of layer types per stage, "
+                                     f"got {clip(stage)!r}")
+        try:
+            stages.append("".join(chars[str(t).strip().lower()] for t in stage))
+        except KeyError as exc:
+            raise InvalidConfigError(f"recipe {given}: layer type {exc.args[0]!r} is not one of "
+                                     f"{', '.join(chars)}") from None
+    return "|".join(stages)
+
+
+def _layout(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    text = _layout_text(v, given)
+    out["pipeline_model_parallel_layout"] = text
+    if every.get("vpp") is None and every.get("pp") is not None:
+        # Megatron-Core TransformerConfig: with no virtual_pipeline_model_parallel_size, the layout's stage count
+        # over pp sets it
+        from oracle.pipeline_layout import parse_layout
+        pp, n = _int(every["pp"], "pp"), len(parse_layout(text))
+        if pp > 0 and n % pp == 0 and n // pp > 1:
+            out["vpp"] = n // pp
+            return f"training.vpp={n // pp} (its {n} stages over pp={pp})"
+    return ""
+
+
+def _flex_only(key: str, conv: Callable[[Any, str], Any], what: str) -> Handler:
+    """A setting of the flex dispatcher (Megatron-Core reads it only under moe_token_dispatcher_type=flex with a
+    DeepEP or HybridEP backend): set where the recipe runs that, ignored where it does not."""
+    def handler(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+        kind = str(every.get("moe_token_dispatcher_type", "flex")).lower()
+        if kind != "flex":
+            raise _Ignore(f"{what}; the dispatcher is {kind}, which does not read it")
+        if str(every.get("moe_flex_dispatcher_backend", "deepep")).lower() == "ncclep":
+            raise _Ignore(f"{what}; the NCCL-EP backend is not priced (see moe_flex_dispatcher_backend)")
+        out[key] = conv(v, given)
+        return f"training.{key}" if key != canonical(given) else ""
+    return handler
+
+
+def _offload_detail(key: str, conv: Callable[[Any, str], Any]) -> Handler:
+    """cpu_offloading_num_layers / _weights: Megatron-Core reads them only with cpu_offloading on."""
+    def handler(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+        try:
+            on = _bool(every.get("cpu_offloading", False), "cpu_offloading")
+        except InvalidConfigError:
+            on = True  # cpu_offloading's own handler names the bad value
+        if not on:
+            raise _Ignore("cpu_offloading is off, and Megatron-Core reads this only with it on")
+        out[key] = conv(v, given)
+        return ""
+    return handler
+
+
+_BARE_OUTRANKS_DDP = ("grad_reduce_in_fp32", "fp8_param_gather", "fp4_param_gather")
+"""Settings Megatron-Bridge's mixed-precision section copies onto the DDP config: where the recipe gives both, the
+bare (mixed-precision) one is what ran and the ``ddp.`` copy is ignored."""
+
+
 def _param_gather(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
-    out["fp8_param_gather"] = _bool(v, given)
-    return "training.fp8_param_gather (FP4 weights under nvfp4)" if canonical(given) == "fp4_param_gather" else ""
+    # fp8_param_gather and fp4_param_gather both set training.fp8_param_gather (the low-precision weight copies
+    # gathered): either on turns it on, the other one off does not turn it off
+    which = canonical(given)
+    other = "fp4_param_gather" if which == "fp8_param_gather" else "fp8_param_gather"
+    if given.startswith("ddp.") and every.get(f"_bare_{which}"):
+        raise _Ignore(f"overridden by the mixed-precision recipe's {which}, which Megatron-Bridge copies onto the "
+                      f"DDP config")
+    on = _bool(v, given)
+    if not on and out.get("fp8_param_gather"):
+        raise _Ignore(f"off, while {other} gathers the low-precision weights")
+    out["fp8_param_gather"] = on
+    return "training.fp8_param_gather (FP4 weights under nvfp4)" if which == "fp4_param_gather" else ""
 
 
 def _recompute_granularity(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
@@ -397,10 +489,18 @@ def _optimizer(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -
         return "training.optimizer=muon"
     if name == "dist_muon":
         out["optimizer"] = "muon"
-        out.setdefault("use_distributed_optimizer", True)
+        out["use_distributed_optimizer"] = True
         return "training.optimizer=muon with use_distributed_optimizer (Megatron-LM's layer-wise distributed Muon)"
     raise _Ignore(f"the {name} optimizer is not priced (adam and muon are); the step is priced as the training "
                   "section's optimizer")
+
+
+def _dist_optimizer(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if "optimizer" in every and _enum_name(every["optimizer"]) == "dist_muon" and not _bool(v, given):
+        raise _Ignore("optimizer=dist_muon shards Muon's state layer by layer whatever this DDP flag says "
+                      "(priced as training.use_distributed_optimizer=true)")
+    out["use_distributed_optimizer"] = _bool(v, given)
+    return ""
 
 
 def _attention_backend(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
@@ -475,7 +575,7 @@ def _fsdp_flag(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -
 
 
 def _grad_fp32(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
-    if given.startswith("ddp.") and "grad_reduce_in_fp32" in every and every.get("_bare_grad_fp32"):
+    if given.startswith("ddp.") and every.get("_bare_grad_reduce_in_fp32"):
         raise _Ignore("overridden by the mixed-precision recipe's grad_reduce_in_fp32, which Megatron-Bridge "
                       "copies onto the DDP config")
     out["grad_reduce_in_fp32"] = _bool(v, given)
@@ -514,14 +614,14 @@ SETTINGS: dict[str, Handler] = {
     "tp": _set("tp", _int), "pp": _set("pp", _int), "vpp": _set("vpp", _int), "cp": _set("cp", _int),
     "ep": _set("ep", _int), "etp": _set("etp", _int), "mbs": _set("mbs", _int), "gbs": _set("gbs", _int),
     "seq_len": _set("seq_len", _int), "sequence_parallel": _flag("sequence_parallel"),
-    "pipeline_model_parallel_layout": _set("pipeline_model_parallel_layout", lambda v, k: str(v)),
+    "pipeline_model_parallel_layout": _layout,
     "decoder_first_pipeline_num_layers": _set("decoder_first_pipeline_num_layers", _int),
     "decoder_last_pipeline_num_layers": _set("decoder_last_pipeline_num_layers", _int),
     "account_for_embedding_in_pipeline_split": _layout_split, "account_for_loss_in_pipeline_split": _layout_split,
     # precision
     "bf16": _precision_flag("bf16"), "fp16": _precision_flag("bf16"),
     "fp8_format": _fp8_format, "fp8": _fp8_format, "fp8_recipe": _fp8_recipe, "fp4_recipe": _fp4_recipe,
-    "fp4": _fp4_recipe, "fp4_format": _ignore("the NVFP4 element format (e2m1) is fixed by fp4_recipe"),
+    "fp4": _fp4_format, "fp4_format": _fp4_format,
     "fp8_param_gather": _param_gather, "fp4_param_gather": _param_gather,
     "fp8_dot_product_attention": _flag("fp8_dot_product_attention"), "fp8_output_proj": _flag("fp8_output_proj"),
     "activation_func_fp8_input_store": _flag("fp8_activations"),
@@ -542,7 +642,8 @@ SETTINGS: dict[str, Handler] = {
     "recompute_activations": _recompute_activations,
     # MoE dispatch
     "moe_token_dispatcher_type": _dispatcher_type, "moe_flex_dispatcher_backend": _flex_backend,
-    "moe_enable_deepep": _enable_deepep, "moe_flex_dispatcher_num_sms": _set("moe_flex_dispatcher_num_sms", _int),
+    "moe_enable_deepep": _enable_deepep, "moe_flex_dispatcher_num_sms": _flex_only(
+        "moe_flex_dispatcher_num_sms", _int, "the SMs of the flex dispatcher's kernels"),
     "moe_hybridep_num_sms_preprocessing": _ignore("SMs of HybridEP's metadata preprocessing, which runs before the "
                                                   "dispatch, not beside compute"),
     "moe_a2a_overlap": _a2a_overlap, "delay_wgrad_compute": _flag("delay_wgrad_compute"),
@@ -555,10 +656,12 @@ SETTINGS: dict[str, Handler] = {
     "moe_expert_capacity_factor": _set("moe_expert_capacity_factor", lambda v, k: None if v is None else _float(v, k)),
     "moe_pad_expert_input_to_capacity": _flag("moe_pad_expert_input_to_capacity"),
     "moe_router_force_load_balancing": _force_balance,
-    "moe_expert_rank_capacity_factor": _set("moe_expert_rank_capacity_factor",
-                                            lambda v, k: None if v is None else _float(v, k)),
-    "moe_paged_stash": _flag("moe_paged_stash"),
-    "moe_paged_stash_buffer_factor": _set("moe_paged_stash_buffer_factor", _float),
+    "moe_expert_rank_capacity_factor": _flex_only("moe_expert_rank_capacity_factor",
+                                                  lambda v, k: None if v is None else _float(v, k),
+                                                  "the flex dispatcher's static per-rank token budget"),
+    "moe_paged_stash": _flex_only("moe_paged_stash", _bool, "the paged stash of the static budget's buffers"),
+    "moe_paged_stash_buffer_factor": _flex_only("moe_paged_stash_buffer_factor", _float,
+                                                "the paged stash's buffer size"),
     "moe_paged_stash_buffer_size_factor_cpu": _ignore("the paged stash's host overflow buffer: host memory, not HBM"),
     "moe_mlp_glu_interleave_size": _ignore("the fused grouped MLP's weight layout: no cost"),
     "moe_pad_experts_for_cuda_graph_inference": _ignore("an inference-only switch"),
@@ -578,7 +681,7 @@ SETTINGS: dict[str, Handler] = {
     "defer_embedding_wgrad": _ignore("moves the embedding's weight gradient into the pipeline flush (one scatter-add "
                                      "per step: under 0.1% of a step, not priced)"),
     "wgrad_deferral_limit": _ignore("how many micro-batches defer_embedding_wgrad may hold: not priced"),
-    "use_distributed_optimizer": _flag("use_distributed_optimizer"),
+    "use_distributed_optimizer": _dist_optimizer,
     "data_parallel_sharding_strategy": _sharding, "use_megatron_fsdp": _megatron_fsdp,
     "fsdp_double_buffer": _fsdp_flag,
     "nccl_ub": _ignore("NCCL user buffers (zero-copy, fewer SMs per collective); the comm model prices bandwidth "
@@ -587,8 +690,8 @@ SETTINGS: dict[str, Handler] = {
                                         "step, as the FP8 weight copies are priced)"),
     "average_in_collective": _ignore("scales gradients inside the reduction instead of before it: the same traffic"),
     "grad_reduce_in_fp32": _grad_fp32, "gradient_accumulation_fusion": _flag("gradient_accumulation_fusion"),
-    "cpu_offloading": _flag("cpu_offloading"), "cpu_offloading_num_layers": _set("cpu_offloading_num_layers", _int),
-    "cpu_offloading_weights": _flag("cpu_offloading_weights"),
+    "cpu_offloading": _flag("cpu_offloading"), "cpu_offloading_num_layers": _offload_detail("cpu_offloading_num_layers", _int),
+    "cpu_offloading_weights": _offload_detail("cpu_offloading_weights", _bool),
     "cpu_offloading_activations": _same(True, "offloaded layers' activations (Megatron-Core's default)",
                                         "weights-only offloading is not priced"),
     # kernels and host
@@ -750,8 +853,8 @@ def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str, *, lenie
             c = canonical(key)
             if c.startswith("no_") and c[3:] in SETTINGS and val is True:
                 c, val = c[3:], False
-            if c == "grad_reduce_in_fp32" and not key.startswith("ddp."):
-                every["_bare_grad_fp32"] = True
+            if c in _BARE_OUTRANKS_DDP and not key.startswith("ddp."):
+                every[f"_bare_{c}"] = True
             if not (key.startswith("ddp.") and c in every):  # a bare field outranks the ddp.* copy
                 every[c] = val
     out: dict[str, Any] = {}

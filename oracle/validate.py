@@ -196,7 +196,7 @@ def _splits_evenly(data: dict[str, Any]) -> bool:
         return False
     from oracle.model_card import is_bundled_model, load_model
     from oracle.pipeline_layout import splits_evenly
-    return is_bundled_model(model) and splits_evenly(load_model(model).num_layers, int(pp), int(vpp))
+    return is_bundled_model(model) and splits_evenly(load_model(model).pipeline_layers, int(pp), int(vpp))
 
 
 def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str]:
@@ -211,9 +211,9 @@ def _assume_recipe_layout(data: dict[str, Any], row: dict[str, str]) -> list[str
     except PrimusError:
         return []  # the checked parse reports it
     t, m = probe.training, probe.model
-    if t.pp < 1 or t.vpp < 1 or t.pp * t.vpp > m.num_layers + m.mtp_layers + 2:
+    if t.pp < 1 or t.vpp < 1 or t.pp * t.vpp > m.pipeline_layers + m.mtp_layers + 2:
         return []  # no recipe has more virtual stages than layer slots (the checked parse says what is wrong)
-    found = recipe_layout(m.num_layers, t.pp, t.vpp, m.mtp_layers)
+    found = recipe_layout(m.pipeline_layers, t.pp, t.vpp, m.mtp_layers)
     if found is None:
         return []
     keys, rule = found

@@ -270,8 +270,9 @@ class SearchSpace:
                 # virtual stage can hold a layer (embedding and loss counting one each, Megatron's
                 # account_for_* convention). A vpp that does not split an even per-rank count stays
                 # illegal, as Megatron checks it and the paper's seed order (App. C.1) skips it.
-                if pp >= 1 and vpp >= 1 and m.num_layers % pp and m.num_layers + 2 >= n_virtual:
-                    opts = uneven_options(m.num_layers, pp, vpp, m.mtp_layers, card_weights(m))
+                n = m.pipeline_layers
+                if pp >= 1 and vpp >= 1 and n % pp and n + 2 >= n_virtual:
+                    opts = uneven_options(n, pp, vpp, m.mtp_layers, card_weights(m))
                     if opts:
                         hit.update(opts[0])
             self._layouts[(pp, vpp)] = hit

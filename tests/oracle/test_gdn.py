@@ -20,6 +20,7 @@ from oracle.errors import InvalidConfigError
 from oracle.flops import model_flops_per_token
 from oracle.hardware import load_hardware
 from oracle.hf_import import card_from_hf_config
+from oracle.layout import assignment_of
 from oracle.model_card import load_model
 from oracle.opgraph import ATTN, GDN, GEMM, Op, Shapes, gdn_kernels, layer_ops
 from oracle.projector import project, project_many
@@ -152,8 +153,17 @@ def test_context_parallel_adds_its_all_to_alls_and_tp_must_divide_the_heads():
 def test_pipeline_stages_split_whole_transformer_layers_as_a_gpt_model():
     ok = project(_run(pp=2, vpp=4, ep=32, mbs=4))  # 48 layers over 8 virtual stages: 6 each
     assert ok.tokens_per_s_per_gpu > 0
-    with pytest.raises(InvalidConfigError, match="would start inside a transformer layer"):
-        project(_run(pp=32, ep=2))  # 96 symbols / 32 = 3: a stage would start at a MoE block
+    with pytest.raises(InvalidConfigError, match=r"counted in its 48 transformer layers\): num_layers=48 is not "
+                                                 r"divisible by pp\*vpp = 32"):
+        project(_run(pp=32, ep=2))  # 96 symbols / 32 = 3 would start a stage at a MoE block: not a split
+    # the layout keys count transformer layers, as Megatron's do (Megatron-Bridge's GB200 recipe's layout)
+    lay = _run(pp=4, vpp=2, ep=16, pipeline_model_parallel_layout="Et*4|(t*7|)*5t*8|tmL")
+    stages = assignment_of(lay).stages
+    assert [len(s.layers) for s in stages] == [8, 14, 14, 14, 14, 14, 16, 2]  # pattern positions, two a layer
+    assert stages[-1].mtp == 1 and stages[-1].loss
+    first_last = assignment_of(_run(pp=4, ep=16, decoder_first_pipeline_num_layers=10,
+                                    decoder_last_pipeline_num_layers=14)).stages
+    assert [len(s.layers) for s in first_last] == [20, 24, 24, 28]
 
 
 def test_cuda_graph_scope_attn_captures_the_gdn_mixer():

@@ -327,3 +327,20 @@ def test_a_hybrid_model_s_mtp_depths_and_their_shared_weights():
     assert card_from_hf_config({**data, "num_nextn_predict_layers": 2}, "x").mtp_layers == 2
     odd = card_from_hf_config({**data, "num_nextn_predict_layers": 2, "mtp_layers_block_type": ["mamba"]}, "y")
     assert odd.mtp_layers == 0 and "not modelled" in odd.notes
+
+
+def test_the_op_fuser_on_a_squared_relu_moe_takes_device_counts_but_no_cute_kernel():
+    # Megatron-Core experts._is_fused_impl_supported: the TE op fuser also runs a weighted squared-ReLU expert MLP
+    # (ScaledSReLU), but the CuTe DSL grouped MLP kernel is GLU-only: same kernels as unfused, no host sync with a
+    # static HybridEP budget
+    kw = dict(model="nemotron3-nano-30b-a3b", hardware="b200", num_gpus=8, ep=8, mbs=2, gbs=512,
+              moe_a2a_backend="hybridep", moe_expert_rank_capacity_factor=1.5)
+    fused, plain = _run(fused_grouped_mlp=True, **kw), _run(**kw)
+    assert Shapes.of(fused).fused_mlp is False and fused.training.moe_static_dispatch
+    assert not plain.training.moe_static_dispatch
+    f, p = project(fused), project(plain)
+    assert f.breakdown.compute_s == pytest.approx(p.breakdown.compute_s)
+    assert f.iteration_time_s < p.iteration_time_s  # the host sync is gone
+    gelu = {**load_model("tiny-moe").to_dict(), "activation": "gelu"}
+    with pytest.raises(InvalidConfigError, match="needs a gated \\(GLU\\) or squared-ReLU expert MLP"):
+        _run(model=gelu, hardware="b200", num_gpus=8, seq_len=4096, ep=8, fused_grouped_mlp=True)

@@ -179,3 +179,60 @@ def test_a_published_cell_with_an_unreadable_value_keeps_its_other_settings() ->
     assert r.training == {"moe_a2a_backend": "hybridep"}
     bad = [e for e in r.ignored if e.key == "fp8_recipe"]
     assert bad and "bogus" in bad[0].why and bad[0].why.startswith("a value this projection cannot read")
+
+
+# --- Megatron-Bridge performance recipes as their ConfigContainer holds them (benchmarks/bridge_recipes.py) ---
+def test_fp4_is_the_format_that_turns_nvfp4_on() -> None:
+    # MixedPrecisionConfig / TransformerConfig.fp4 is the element format (e2m1); fp4_recipe defaults to nvfp4 and
+    # the FP8 recipe left at its dataclass default scales nothing
+    r = read_recipe({"fp4": "e2m1", "fp4_recipe": "nvfp4", "fp8_recipe": "tensorwise"})
+    assert r.training == {"precision": "nvfp4"}
+    assert read_recipe({"fp4_format": "e2m1"}).training == {"precision": "nvfp4"}
+    assert read_recipe(split_megatron_args("--fp4-format e2m1")).training == {"precision": "nvfp4"}
+    with pytest.raises(InvalidConfigError, match="the only FP4 format is e2m1"):
+        read_recipe({"fp4": "e3m0"})
+    with pytest.raises(InvalidConfigError, match="fp4_recipe='custom'"):
+        read_recipe({"fp4": "e2m1", "fp4_recipe": "custom"})
+
+
+def test_a_list_layout_is_megatrons_stages_and_sets_vpp_when_the_recipe_does_not() -> None:
+    stages = [["embedding"] + ["decoder"] * 4] + [["decoder"] * 4] * 14 + [["decoder", "mtp", "loss"]]
+    r = read_recipe({"pp": 8, "pipeline_model_parallel_layout": stages})
+    assert r.training["pipeline_model_parallel_layout"] == "Etttt|" + "tttt|" * 14 + "tmL"
+    assert r.training["vpp"] == 2  # Megatron-Core: 16 stages over pp=8 (TransformerConfig.__post_init__)
+    assert read_recipe({"pp": 8, "vpp": 2, "pipeline_model_parallel_layout": "Et|tL"}).training["vpp"] == 2
+    with pytest.raises(InvalidConfigError, match="layer type 'encoder' is not one of"):
+        read_recipe({"pipeline_model_parallel_layout": [["embedding", "encoder"]]})
+
+
+def test_settings_megatron_reads_only_with_another_are_ignored_without_it() -> None:
+    r = read_recipe({"moe_token_dispatcher_type": "alltoall", "moe_hybridep_num_sms": 16,
+                     "moe_expert_rank_capacity_factor": 1.5, "moe_paged_stash": True, "cpu_offloading": False,
+                     "cpu_offloading_num_layers": 95, "cpu_offloading_weights": True})
+    assert r.training == {"moe_a2a_backend": "alltoall", "cpu_offloading": False}
+    assert {e.key: e.status for e in r.entries}["moe_hybridep_num_sms"] == IGNORED
+    # under the flex dispatcher they are read as before
+    on = read_recipe({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                      "moe_hybridep_num_sms": 32, "moe_expert_rank_capacity_factor": 1.5, "moe_paged_stash": True,
+                      "cpu_offloading": True, "cpu_offloading_num_layers": 3})
+    assert on.training["moe_flex_dispatcher_num_sms"] == 32 and on.training["moe_paged_stash"] is True
+    assert on.training["moe_expert_rank_capacity_factor"] == 1.5 and on.training["cpu_offloading_num_layers"] == 3
+
+
+def test_fp8_and_fp4_param_gather_are_one_training_flag_either_turns_on() -> None:
+    for items in ([("fp8_param_gather", True), ("fp4_param_gather", False)],
+                  [("fp4_param_gather", False), ("fp8_param_gather", True)]):
+        assert read_recipe(items).training == {"fp8_param_gather": True}
+    # the mixed-precision field outranks its ddp.* copy, whatever the order
+    for items in ([("ddp.fp8_param_gather", True), ("fp8_param_gather", False)],
+                  [("fp8_param_gather", False), ("ddp.fp8_param_gather", True)]):
+        assert read_recipe(items).training == {"fp8_param_gather": False}
+
+
+def test_dist_muon_is_sharded_whatever_the_ddp_flag_says() -> None:
+    r = read_recipe([("optimizer", "dist_muon"), ("ddp.use_distributed_optimizer", False)])
+    assert r.training == {"optimizer": "muon", "use_distributed_optimizer": True}
+    r = read_recipe([("ddp.use_distributed_optimizer", False), ("optimizer", "dist_muon")])
+    assert r.training == {"use_distributed_optimizer": True, "optimizer": "muon"}
+    assert read_recipe([("optimizer", "adam"), ("use_distributed_optimizer", False)]).training[
+        "use_distributed_optimizer"] is False
