@@ -418,11 +418,25 @@ class LayerModel:
         return CommPart(f, fe, b, be, algo)
 
     def _cp_comm(self, attn_f: float, attn_b: float, d_qk: int, d_v: int) -> CommPart:
-        """Ring attention: cp-1 exchanges of the local K,V block forward (K,V and dK,dV backward),
-        each overlapped with the attention of the block in hand (Megatron-Core context parallel)."""
+        """The attention layer's context-parallel traffic (TrainingConfig.cp_comm_type, Megatron-Core's
+        TransformerConfig docstring). p2p, ring attention: cp-1 exchanges of the local K,V block forward (K,V and
+        dK,dV backward), each overlapped with the attention of the block in hand. a2a (Ulysses): Q, K, V to head
+        sharding before attention and the output back after, dO in and dQ, dK, dV out in backward; all_gather: the
+        full K,V gathered in forward and again in backward, dK,dV reduce-scattered; neither overlaps."""
         m, t = self.m, self.t
         heads_kv = m.kv_heads if m.attention == "gqa" else m.num_attention_heads
         kv_bytes = BF16 * self.T * max(1, heads_kv // t.tp) * (d_qk + d_v)
+        if t.cp_comm_type == "a2a":
+            q_bytes = BF16 * self.T * (m.num_attention_heads // t.tp) * d_qk
+            o_bytes = BF16 * self.T * (m.num_attention_heads // t.tp) * d_v
+            qkv = self._coll("all_to_all", "cp", q_bytes + kv_bytes)
+            out = self._coll("all_to_all", "cp", o_bytes)
+            f = qkv.time_s + out.time_s
+            return CommPart(f, f, f, f, qkv.algorithm)
+        if t.cp_comm_type == "all_gather":
+            ag = self._coll("all_gather", "cp", kv_bytes * t.cp)
+            rs = self._coll("reduce_scatter", "cp", kv_bytes * t.cp)
+            return CommPart(ag.time_s, ag.time_s, ag.time_s + rs.time_s, ag.time_s + rs.time_s, ag.algorithm)
         step_f = self._coll("p2p", "cp", kv_bytes)
         step_b = self._coll("p2p", "cp", 2 * kv_bytes)
         steps = t.cp - 1

@@ -54,6 +54,13 @@ class TrainingConfig:
     """Virtual pipeline chunks per rank (interleaved / V schedules)."""
     cp: int = 1
     """Context parallel degree."""
+    cp_comm_type: Literal["p2p", "a2a", "all_gather"] = "p2p"
+    """How the attention layers' context parallelism communicates (Megatron-Core ``cp_comm_type``, its
+    TransformerConfig docstring): p2p (ring attention: K,V blocks passed round the ring, each step overlapped with
+    the attention of the block in hand), a2a (DeepSpeed-Ulysses: all-to-alls scatter the heads over the CP ranks
+    and gather the sequence before attention, and back after; not overlapped; the heads must split over the CP
+    ranks) or all_gather (the full K,V all-gathered before attention, not overlapped; dK,dV reduce-scattered).
+    Mamba and Gated DeltaNet layers use their own all-to-alls whatever it says."""
     ep: int = 1
     """Expert parallel degree."""
     etp: int = 1

@@ -104,6 +104,19 @@ def check(run: RunConfig) -> list[str]:
         p.append(f"seq_len={t.seq_len} is not divisible by 2*cp = {2 * t.cp} (load-balanced context parallel)")
     if t.sp and (t.seq_len // t.cp) % t.tp:
         p.append(f"seq_len/cp = {t.seq_len // t.cp} is not divisible by tp={t.tp} (sequence parallel)")
+    if t.cp_comm_type != "p2p":
+        if t.framework != "megatron":
+            p.append(f"cp_comm_type={t.cp_comm_type} is Megatron-Core's; framework={t.framework} rotates K,V its own "
+                     f"way: leave it at p2p")
+        elif t.cp_comm_type == "a2a" and t.cp > 1:
+            # Ulysses: each CP rank takes whole heads of the TP rank's share (query and key/value heads alike)
+            heads = {"query": m.num_attention_heads // max(1, t.tp),
+                     "key/value": (m.kv_heads if m.attention == "gqa" else m.num_attention_heads) // max(1, t.tp)}
+            bad = {k: h for k, h in heads.items() if h % t.cp}
+            if bad:
+                p.append(f"cp_comm_type=a2a with cp={t.cp}: the all-to-all scatters each TP rank's heads over the CP "
+                         f"ranks, and " + ", ".join(f"its {h} {k} heads" for k, h in bad.items())
+                         + f" do not split into {t.cp}; use cp_comm_type=p2p or a cp that divides them")
     # recompute
     if t.recompute_num_layers is not None:
         if t.recompute != "full":

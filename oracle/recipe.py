@@ -295,6 +295,28 @@ def _layout(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> s
     return ""
 
 
+def _cp_comm_type(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    # Megatron-Core cp_comm_type: one type, or one per layer (Megatron-LM --cp-comm-type takes a list)
+    raw = [str(x) for x in v] if isinstance(v, (list, tuple)) else [] if v is None else [str(v)]
+    if any("+" in x for x in raw):
+        raise InvalidConfigError(f"recipe {given}={_show(v)}: the hierarchical a2a+p2p is not priced; valid types "
+                                 f"are {', '.join(CP_COMM_TYPES)}")
+    kinds = {x.strip().lower().replace("allgather", "all_gather") for x in _list(raw)}
+    if not kinds:
+        raise _Ignore("unset: Megatron-Core's default p2p")
+    if len(kinds) > 1:
+        raise InvalidConfigError(f"recipe {given}={_show(v)}: one communication type per layer is not priced; give "
+                                 f"one of p2p, a2a, all_gather for every layer")
+    kind = kinds.pop()
+    if kind not in CP_COMM_TYPES:
+        raise InvalidConfigError(f"recipe {given}={_show(v)}: valid types are {', '.join(CP_COMM_TYPES)}")
+    out["cp_comm_type"] = kind
+    return "training.cp_comm_type"
+
+
+CP_COMM_TYPES = ("p2p", "a2a", "all_gather")
+
+
 def _flex_only(key: str, conv: Callable[[Any, str], Any], what: str) -> Handler:
     """A setting of the flex dispatcher (Megatron-Core reads it only under moe_token_dispatcher_type=flex with a
     DeepEP or HybridEP backend): set where the recipe runs that, ignored where it does not."""
@@ -612,6 +634,7 @@ def _loss_fusion(v: Any, given: str, out: dict[str, Any], every: dict[str, Any])
 SETTINGS: dict[str, Handler] = {
     # layout and batch
     "tp": _set("tp", _int), "pp": _set("pp", _int), "vpp": _set("vpp", _int), "cp": _set("cp", _int),
+    "cp_comm_type": _cp_comm_type,
     "ep": _set("ep", _int), "etp": _set("etp", _int), "mbs": _set("mbs", _int), "gbs": _set("gbs", _int),
     "seq_len": _set("seq_len", _int), "sequence_parallel": _flag("sequence_parallel"),
     "pipeline_model_parallel_layout": _layout,
@@ -936,6 +959,8 @@ def megatron_args(training: Any) -> list[tuple[str, Any]]:
         out.append(("optimizer", t.optimizer))
         if t.muon_ns_steps != 5:
             out.append(("muon_num_ns_steps", t.muon_ns_steps))
+    if t.cp_comm_type != "p2p":
+        out.append(("cp_comm_type", [t.cp_comm_type]))
     if t.mtp_num_layers is not None:
         out.append(("mtp_num_layers", t.mtp_num_layers))
     if t.mtp_use_repeated_layer:
@@ -974,5 +999,5 @@ RECIPE_TRAINING_KEYS: tuple[str, ...] = (
     "fused_grouped_mlp", "fp8_dot_product_attention", "attention_backend", "fp8_output_proj", "first_last_layers_bf16",
     "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "gradient_accumulation_fusion", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_weights", "fsdp_double_buffer", "optimizer",
-    "mtp_num_layers", "mtp_use_repeated_layer", "muon_ns_steps")
+    "mtp_num_layers", "mtp_use_repeated_layer", "muon_ns_steps", "cp_comm_type")
 """Training keys ``megatron_args`` writes (export marks them done)."""
