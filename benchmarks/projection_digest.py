@@ -30,7 +30,8 @@ def _h(obj) -> str:
     return hashlib.sha1(json.dumps(_without_new_defaults(obj), sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
-NEW_TRAINING_KEYS = {"attention_backend": "auto", "mtp_use_repeated_layer": None, "cp_comm_type": "p2p"}
+NEW_TRAINING_KEYS = {"attention_backend": "auto", "mtp_use_repeated_layer": None, "cp_comm_type": "p2p",
+                     "offload_modules": None}
 """Training keys added since digests were first recorded, with their defaults: a result's echoed config leaves them
 out at the default, so a tree that adds a setting digests like the tree before it wherever the setting is unused."""
 

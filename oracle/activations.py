@@ -84,6 +84,8 @@ class Module:
     tensors: tuple[Saved, ...] = ()
     recomputed_by: tuple[frozenset[str], ...] = ()
     """Per tensor: the recompute_modules values that drop it (``recompute_droppers``; empty: none)."""
+    offloaded_by: tuple[frozenset[str], ...] = ()
+    """Per tensor: the offload_modules values that move it to host memory (``OFFLOAD_OPS``; empty: none)."""
     expert: bool = False
     """Routed-expert weights (optimizer sharded over expert data parallel, edp)."""
     gemm: bool = False
@@ -110,10 +112,22 @@ class Block:
     act_op_sac: float = 0.0
     """Saved bytes under TorchTitan's op-level selective checkpointing (policy 'op_sac'): the checkpointed
     input plus the op outputs the policy saves (``op_sac_plan``)."""
+    offload_groups: tuple[tuple[frozenset[str], frozenset[str], bool, float], ...] = ()
+    """Saved bytes fine-grained activation offloading can move: (the offload_modules values that move them, the
+    recompute_modules values that drop them, dropped by the default selective recompute, bytes)."""
 
     @property
     def params(self) -> float:
         return self.params_dense + self.params_expert
+
+    def offloaded(self, policy: str, modules: frozenset[str], offload: frozenset[str]) -> float:
+        """Saved bytes per micro-batch that ``offload`` (Megatron-Core offload_modules) moves to host memory under
+        the recompute ``policy`` / ``modules`` (a tensor recompute drops is not saved, so not moved)."""
+        if not offload or policy not in ("none", "selective"):
+            return 0.0
+        default = modules == DEFAULT_SELECTIVE
+        return sum(nbytes for by, rec, core, nbytes in self.offload_groups if by & offload and not (
+            policy == "selective" and ((rec & modules) or (default and core))))
 
     def act(self, policy: str, modules: frozenset[str] = DEFAULT_SELECTIVE) -> float:
         """Saved bytes per micro-batch under 'none', 'selective' (recomputing ``modules``), 'op_sac' or
@@ -135,17 +149,23 @@ def make_block(name: str, modules: tuple[Module, ...], op_sac_saved: float = 0.0
     none = sum(t.bytes for m in modules for t in m.tensors)
     core = sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == SELECTIVE)
     groups: dict[frozenset[str], float] = {}
+    offload: dict[tuple[frozenset[str], frozenset[str], bool], float] = {}
     for m in modules:
         for t, by in zip(m.tensors, m.recomputed_by):
             if by:
                 groups[by] = groups.get(by, 0.0) + t.bytes
+        for t, by, off in zip(m.tensors, m.recomputed_by or (frozenset(),) * len(m.tensors), m.offloaded_by):
+            if off:
+                key = (off, by, t.dropped_by == SELECTIVE)
+                offload[key] = offload.get(key, 0.0) + t.bytes
     return Block(name, modules,
                  params_dense=sum(m.params for m in modules if not m.expert),
                  params_expert=sum(m.params for m in modules if m.expert),
                  gemm_params=sum(m.params for m in modules if m.gemm),
                  act_none=none, act_selective=none - core,
                  checkpoint_bytes=(ckpt := sum(t.bytes for m in modules for t in m.tensors if t.dropped_by == KEPT)),
-                 drop_groups=tuple(groups.items()), act_op_sac=ckpt + op_sac_saved)
+                 drop_groups=tuple(groups.items()), act_op_sac=ckpt + op_sac_saved,
+                 offload_groups=tuple((*k, v) for k, v in offload.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,15 +298,36 @@ def module_of(op_name: str) -> str:
     return _MODULE_OF_PREFIX.get(op_name.split("_")[0], "self_attention")
 
 
+OFFLOAD_OPS: dict[str, frozenset[str]] = {
+    "attn_norm": frozenset({"attn_norm"}), "qkv_linear": frozenset({"qkv", "q_down", "kv_down"}),
+    "core_attn": frozenset({"attn_core"}), "attn_proj": frozenset({"attn_out"}), "mlp_norm": frozenset({"mlp_norm"}),
+    "expert_fc1": frozenset({"experts_up"}), "moe_act": frozenset({"experts_act"}),
+    "fused_group_mlp": frozenset({"experts_up", "experts_act", "experts_down"})}
+"""Megatron-Core fine-grained activation offloading (TransformerConfig offload_modules): each value wraps a module's
+forward in a saved-tensors hook that moves what it saves for backward to host memory (pipeline_parallel/
+fine_grained_activation_offload.py): the ops of the op graph whose saved tensors that is."""
+OFFLOAD_MIN_BYTES = 2 * 2**20
+"""Smaller saved tensors stay on the GPU: Megatron-Core's min_offloaded_tensor_size (2^20 elements) at 2 bytes."""
+
+
+def _offloaders(op: Op, tensor: Saved) -> frozenset[str]:
+    if tensor.bytes < OFFLOAD_MIN_BYTES:
+        return frozenset()
+    return frozenset(k for k, names in OFFLOAD_OPS.items() if op.name in names)
+
+
 def _with_saved(modules: Sequence[Module], ops: Sequence[Op], prefix: str = "") -> list[Module]:
-    """``modules`` with the saved tensors of the ops that run in them, in op order, and which
-    recompute_modules values drop each."""
+    """``modules`` with the saved tensors of the ops that run in them, in op order, which recompute_modules values
+    drop each and which offload_modules values move each to host memory."""
     saved: dict[str, list[Saved]] = {m.name: [] for m in modules}
     by: dict[str, list[frozenset[str]]] = {m.name: [] for m in modules}
+    off: dict[str, list[frozenset[str]]] = {m.name: [] for m in modules}
     for op, droppers in zip(ops, recompute_droppers(ops)):
         saved[prefix + module_of(op.name)] += op.saved  # KeyError: an op whose module the block lacks
         by[prefix + module_of(op.name)] += droppers
-    return [replace_fast(m, tensors=tuple(saved[m.name]), recomputed_by=tuple(by[m.name])) for m in modules]
+        off[prefix + module_of(op.name)] += [_offloaders(op, x) for x in op.saved]
+    return [replace_fast(m, tensors=tuple(saved[m.name]), recomputed_by=tuple(by[m.name]),
+                         offloaded_by=tuple(off[m.name])) for m in modules]
 
 
 # ---------------------------------------------------------------------------------- selective recompute

@@ -23,7 +23,7 @@ from oracle.errors import InvalidConfigError, PrimusError
 from oracle.hardware import (DEFAULT_MEMORY_MARGIN, HardwareProfile, bundled_hardware, load_hardware, profile_from_dict,
                              profile_to_dict)
 from oracle.model_card import ModelCard, bundled_models, load_model
-from oracle.opgraph import DEFAULT_RECOMPUTE_MODULES, AttentionBackend, RecomputeModule
+from oracle.opgraph import DEFAULT_RECOMPUTE_MODULES, AttentionBackend, OffloadModule, RecomputeModule
 from oracle.pipeline.schedules import schedule_names
 from oracle.schema import OneOf, from_dict, to_dict, unknown_key_problems
 from oracle.yamlio import load_mapping
@@ -184,6 +184,12 @@ class TrainingConfig:
     ``cpu_offloading_num_layers``)."""
     cpu_offloading_weights: bool = False
     """Also offload those layers' weights (Megatron-Core ``cpu_offloading_weights``)."""
+    offload_modules: tuple[OffloadModule, ...] | None = None
+    """Fine-grained activation offloading (Megatron-Core ``fine_grained_activation_offloading`` with
+    ``offload_modules``): in every decoder layer, what these modules save for backward (tensors of 2^20 elements or
+    more) goes to host memory after their forward and comes back before their backward, over the host link beside
+    compute: attn_norm, qkv_linear, core_attn, attn_proj (needs core_attn), mlp_norm, expert_fc1, moe_act,
+    fused_group_mlp (oracle.activations.OFFLOAD_OPS). None or empty: off."""
     use_megatron_fsdp: bool = False
     """Megatron-FSDP (Megatron-Core ``use_megatron_fsdp`` with ``data_parallel_sharding_strategy=
     optim_grads_params``) as the ``fsdp`` implementation instead of PyTorch FSDP2: parameters, gradients and

@@ -416,6 +416,24 @@ def _memory_feature_problems(run: RunConfig) -> list[str]:
                      f"of {m.name})")
     elif t.cpu_offloading_num_layers or t.cpu_offloading_weights:
         p.append("cpu_offloading_num_layers / cpu_offloading_weights need cpu_offloading=true")
+    if t.offload_modules:  # Megatron-Core TransformerConfig.__post_init__ (fine_grained_activation_offloading)
+        mods = set(t.offload_modules)
+        if t.framework != "megatron":
+            p.append(f"offload_modules is Megatron-Core's fine-grained activation offloading; framework={t.framework} "
+                     f"has none: leave it unset")
+        if t.cpu_offloading:
+            p.append("offload_modules (fine-grained activation offloading) cannot run with cpu_offloading=true "
+                     "(Megatron-Core); use one or the other")
+        if "attn_proj" in mods and "core_attn" not in mods:
+            p.append("offload_modules: attn_proj needs core_attn too (its input is core attention's output, which "
+                     "core attention's backward needs; Megatron-Core)")
+        inside = sorted(mods & {"moe_act", "expert_fc1", "fused_group_mlp"})
+        if inside and "moe" in t.recomputed_modules:
+            p.append(f"offload_modules {', '.join(inside)} with recompute_modules 'moe': the MoE checkpoint already "
+                     f"drops what they save (Megatron-Core refuses both)")
+        if not run.cluster.hardware.host_link_bytes_per_s:
+            p.append(f"offload_modules needs the GPU-host bandwidth: hardware {run.cluster.hardware.name!r} gives no "
+                     f"memory.host_link_gb_per_s")
     if t.use_megatron_fsdp and not t.fsdp:
         p.append("use_megatron_fsdp=true is an FSDP implementation: it needs fsdp=true")
     if t.fsdp_double_buffer and not t.use_megatron_fsdp:

@@ -118,6 +118,11 @@ def _modules(run: RunConfig) -> frozenset[str]:
     return run.training.recomputed_modules or DEFAULT_SELECTIVE
 
 
+def _offload(run: RunConfig) -> frozenset[str]:
+    """The offload_modules of fine-grained activation offloading (empty: off)."""
+    return frozenset(run.training.offload_modules or ())
+
+
 def _head(b: Blocks, run: RunConfig, ch: _Chunk) -> Block:
     # tied: the embedding's own chunk reuses it; any other chunk (pp > 1) keeps a copy of the word
     # embeddings as its output weight (Megatron shared_embedding_or_output_weight on the last stage)
@@ -232,7 +237,8 @@ def _sums_key(run: RunConfig, s: Shape) -> tuple:
     loss, offloading, CUDA-graph and optimizer settings (the shape is the key's second item)."""
     t = run.training
     return (_plan_key(run), s, _mtp_policy(run), _modules(run), t.loss_fusion, t.cpu_offloading,
-            t.cpu_offloading_num_layers, layer_regions(t, "dense"), layer_regions(t, "moe"), full_iteration(t),
+            t.cpu_offloading_num_layers, _offload(run), layer_regions(t, "dense"), layer_regions(t, "moe"),
+            full_iteration(t),
             t.optimizer, *((tuple(layer_regions(t, k) for k in HYBRID_KINDS),) if run.model.is_hybrid else ()))
 
 
@@ -286,7 +292,7 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
     the runs (:class:`_BlockColumns`; ``xp`` = numpy): the same operations in the same order, so the same bits.
     Of ``run`` it reads only what :func:`_sums_key` holds besides the shape (the batch groups runs on that)."""
     t, card = run.training, run.model
-    mtp_pol, mods = _mtp_policy(run), _modules(run)
+    mtp_pol, mods, offl = _mtp_policy(run), _modules(run), _offload(run)
     no_graphs = full_iteration(t)
     ranks = []
     for chunks in _plans(run):
@@ -306,6 +312,10 @@ def _sums_formula(xp, run: RunConfig, b, tokens, tp, assumptions: MemoryAssumpti
                 p_exp += n * lb.params_expert
                 gemm += n * lb.gemm_params
                 act = n * lb.act(pol, mods)
+                if offl:  # fine-grained offloading: what the modules save waits in host memory, like a recompute's
+                    off = lb.offloaded(pol, mods, offl)  # drop, and is back for the layer's backward
+                    act = act - n * off
+                    remat = xp.maximum(remat, off + (lb.act_none - lb.act(pol, mods) if pol != "none" else 0.0))
                 layer_act += act
                 chunk_act += act
                 graph_regions += n * len(layer_regions(t, kind))
@@ -400,6 +410,9 @@ class _PartColumns:
 
     def act(self, policy: str, modules: frozenset[str] = DEFAULT_SELECTIVE) -> np.ndarray:
         return np.array([p.act(policy, modules) for p in self._blocks], dtype=np.float64)
+
+    def offloaded(self, policy: str, modules: frozenset[str], offload: frozenset[str]) -> np.ndarray:
+        return np.array([p.offloaded(policy, modules, offload) for p in self._blocks], dtype=np.float64)
 
 
 _IN_FLIGHT: dict[tuple, tuple[tuple[float, ...], float]] = {}
@@ -698,11 +711,16 @@ def project_memory(run: RunConfig, *, in_flight: Sequence[float] | None = None,
                            runtime_reserved_bytes=hw.runtime_reserved_bytes, hbm_bytes=hw.hbm_capacity_bytes)
 
 
-def offloaded_bytes_per_microbatch(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT) -> float:
-    """Bytes Megatron-Core's CPU offloading moves to host memory per micro-batch (and back in its backward):
-    the saved activations of the first ``cpu_offloading_num_layers`` decoder layers of the (single) pipeline
-    stage, and with ``cpu_offloading_weights`` their weights."""
+def offloaded_bytes_per_microbatch(run: RunConfig, assumptions: MemoryAssumptions = DEFAULT, rank: int = 0) -> float:
+    """Bytes Megatron-Core's CPU offloading moves to host memory per micro-batch (and back in its backward) on
+    pipeline rank ``rank``: the saved activations of the first ``cpu_offloading_num_layers`` decoder layers of the
+    (single) pipeline stage, and with ``cpu_offloading_weights`` their weights; under fine-grained activation
+    offloading (``offload_modules``) what those modules save in each of the rank's decoder layers."""
     t = run.training
+    if t.offload_modules:
+        b = blocks(run.model, shape_of(run, assumptions))
+        return sum(n * b.layer(kind).offloaded(pol, _modules(run), _offload(run))
+                   for ch in _plans(run)[rank] for kind, pol, n in ch.layers)
     if not t.cpu_offloading or not t.cpu_offloading_num_layers:
         return 0.0
     b = blocks(run.model, shape_of(run, assumptions))
@@ -738,15 +756,19 @@ def _moe_buffers(run: RunConfig, s: Shape, lay: Layout, a: MemoryAssumptions) ->
 
 
 # ---------------------------------------------------------------------------------- trees
-def _tensor_nodes(blk: Block, n: int, policy: str, mods: frozenset[str]) -> tuple[MemoryNode, ...]:
+def _tensor_nodes(blk: Block, n: int, policy: str, mods: frozenset[str],
+                  offload: frozenset[str] = frozenset()) -> tuple[MemoryNode, ...]:
     kids = []
     for mod in blk.modules:
         if policy in ("checkpoint", "op_sac"):
             tensors = ()
         else:
             by = mod.recomputed_by or (frozenset(),) * len(mod.tensors)
-            tensors = tuple(MemoryNode(name=x.name, activation_bytes=n * x.bytes) for x, d in zip(mod.tensors, by)
-                            if not (policy == "selective" and mods & d))
+            off = mod.offloaded_by or (frozenset(),) * len(mod.tensors)
+            # a tensor fine-grained offloading moves waits in host memory: not listed
+            tensors = tuple(MemoryNode(name=x.name, activation_bytes=n * x.bytes)
+                            for x, d, o in zip(mod.tensors, by, off)
+                            if not (policy == "selective" and mods & d) and not (offload & o))
         kids.append(MemoryNode(name=mod.name, params=n * mod.params,
                                activation_bytes=sum(c.activation_bytes for c in tensors), children=tensors))
     if policy in ("checkpoint", "op_sac"):
@@ -762,12 +784,12 @@ chunks of a rank repeat the same layers, and the nodes are immutable."""
 
 
 def _block_node(blk: Block, n: int = 1, policy: str = "none", label: str | None = None,
-                mods: frozenset[str] = frozenset()) -> MemoryNode:
-    key = (id(blk), n, policy, label, mods)
+                mods: frozenset[str] = frozenset(), offload: frozenset[str] = frozenset()) -> MemoryNode:
+    key = (id(blk), n, policy, label, mods, offload)
     hit = _NODES.get(key)
     if hit is not None and hit[0] is blk:
         return hit[1]
-    kids = _tensor_nodes(blk, n, policy, mods)
+    kids = _tensor_nodes(blk, n, policy, mods, offload)
     params, act = sum(k.params for k in kids), sum(k.activation_bytes for k in kids)
     if len(kids) == 1:  # a one-module block (the embedding): its tensors directly
         kids = kids[0].children
@@ -785,7 +807,7 @@ def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = D
     if not 0 <= rank < t.pp:
         raise InvalidConfigError(f"rank={rank} must be in 0..pp-1 = 0..{t.pp - 1}")
     b = blocks(run.model, shape_of(run, assumptions))
-    mods = _modules(run)
+    mods, offl = _modules(run), _offload(run)
     chunk_nodes = []
     for ch in _plans(run)[rank]:
         kids = []
@@ -795,7 +817,9 @@ def module_tree(run: RunConfig, rank: int, *, assumptions: MemoryAssumptions = D
             sel = "" if mods == DEFAULT_SELECTIVE else f" ({', '.join(sorted(mods))})"
             tag = {"none": "", "selective": f", selective recompute{sel}", "op_sac": ", op-level selective checkpointing",
                    "checkpoint": ", full recompute"}[pol]
-            kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}", mods=mods))
+            if offl:
+                tag += f", offloaded ({', '.join(sorted(offl))})"
+            kids.append(_block_node(b.layer(kind), n, pol, label=f"{kind}_layer x{n}{tag}", mods=mods, offload=offl))
         if ch.has_output:
             kids.append(_block_node(_head(b, run, ch)))
         if ch.mtp and b.mtp is not None and b.mtp_head is not None:

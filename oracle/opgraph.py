@@ -50,6 +50,9 @@ SELECTIVE, FULL, KEPT = "selective", "full", "kept"
 ['core_attn']) and full recompute; dropped by full recompute only; kept even then (the layer input,
 the full-recompute checkpoint)."""
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+                        "fused_group_mlp"]
+"""Megatron-Core fine-grained activation offloading's module names (TransformerConfig.offload_modules)."""
 """A Megatron-LM ``--recompute-modules`` value (megatron/core/transformer/transformer_config.py); what
 each drops and replays on this graph: oracle.activations.RECOMPUTE_REGIONS."""
 RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)

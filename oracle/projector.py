@@ -367,8 +367,8 @@ def _iteration_extras(run: RunConfig, L: Layout, comm: CommModel, chunks, crit: 
         optimizer_s = step_time_s(run, shard_dense + shard_exp, share, ns_s)
     else:
         optimizer_s = step_time_s(run, shard_dense + shard_exp, 0.0, 0.0)
-    if t.cpu_offloading:
-        term = _cpu_offload_term(run, chunks[crit], mb)
+    if t.cpu_offloading or t.offload_modules:
+        term = _cpu_offload_term(run, chunks[crit], mb, crit)
         terms.append(term)
         extra_exposed += term.exposed_s
 
@@ -402,13 +402,14 @@ def _rank_matrices(run: RunConfig, L: Layout, rank: int) -> tuple[float, float, 
     return params, ns_dense, ns_exp
 
 
-def _cpu_offload_term(run: RunConfig, chunks, mb: int) -> CommTerm:
-    """Megatron-Core CPU offloading (pp = 1): the saved activations (and with ``cpu_offloading_weights`` the
-    weights) of ``cpu_offloading_num_layers`` layers go to host memory during the forward and come back during
-    the backward, over the host link (profile ``host_link_gb_per_s``) beside the other layers' compute: a
-    micro-batch's copies are exposed where they outlast its forward (backward) compute."""
+def _cpu_offload_term(run: RunConfig, chunks, mb: int, rank: int = 0) -> CommTerm:
+    """Megatron-Core CPU offloading (pp = 1) and fine-grained activation offloading (any pp): the saved activations
+    (and with ``cpu_offloading_weights`` the weights) of ``cpu_offloading_num_layers`` layers, or what the
+    ``offload_modules`` save in every layer of pipeline rank ``rank``, go to host memory during the forward and come
+    back during the backward, over the host link (profile ``host_link_gb_per_s``) beside the other layers' compute:
+    a micro-batch's copies are exposed where they outlast its forward (backward) compute."""
     hw = run.cluster.hardware
-    nbytes = offloaded_bytes_per_microbatch(run)
+    nbytes = offloaded_bytes_per_microbatch(run, rank=rank)
     copy = nbytes / hw.host_link_bytes_per_s if hw.host_link_bytes_per_s else 0.0
     f = sum(c.f_compute_s for c in chunks)
     b = sum(c.b_compute_s + c.w_compute_s for c in chunks)

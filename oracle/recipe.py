@@ -317,6 +317,26 @@ def _cp_comm_type(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather")
 
 
+def _fine_grained_offload(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    if not _bool(v, given):
+        raise _Ignore("off")
+    mods = _list(every.get("offload_modules"))
+    if not mods:  # Megatron-Core asserts a non-empty list
+        raise InvalidConfigError(f"recipe {given}=true needs offload_modules (which modules' saved tensors go to host "
+                                 f"memory), got none")
+    return "with offload_modules: training.offload_modules"
+
+
+def _offload_modules(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+    mods = _list(v)
+    if not _bool(every.get("fine_grained_activation_offloading", False), "fine_grained_activation_offloading"):
+        if mods:
+            raise _Ignore("fine_grained_activation_offloading is off, and Megatron-Core reads this only with it on")
+        raise _Ignore("none")
+    out["offload_modules"] = mods
+    return "training.offload_modules"
+
+
 def _flex_only(key: str, conv: Callable[[Any, str], Any], what: str) -> Handler:
     """A setting of the flex dispatcher (Megatron-Core reads it only under moe_token_dispatcher_type=flex with a
     DeepEP or HybridEP backend): set where the recipe runs that, ignored where it does not."""
@@ -715,6 +735,15 @@ SETTINGS: dict[str, Handler] = {
     "grad_reduce_in_fp32": _grad_fp32, "gradient_accumulation_fusion": _flag("gradient_accumulation_fusion"),
     "cpu_offloading": _flag("cpu_offloading"), "cpu_offloading_num_layers": _offload_detail("cpu_offloading_num_layers", _int),
     "cpu_offloading_weights": _offload_detail("cpu_offloading_weights", _bool),
+    "fine_grained_activation_offloading": _fine_grained_offload, "offload_modules": _offload_modules,
+    "fine_grained_offloading_max_inflight_offloads": _ignore(
+        "how many offloads of one module may wait unjoined on the main stream (a CUDA-graph aid): the copies are "
+        "priced as running beside compute either way"),
+    "delay_offload_until_cuda_graph": _ignore("moves the offload launches after the graph replay: the same copies"),
+    "min_offloaded_tensor_size": _ignore("priced at Megatron-Core's default (2^20 elements: smaller saved tensors "
+                                         "stay on the GPU)"),
+    "delta_offload_bytes_across_pp_ranks": _ignore("a per-rank offload budget tweak: every listed module is priced "
+                                                   "as offloaded on every rank"),
     "cpu_offloading_activations": _same(True, "offloaded layers' activations (Megatron-Core's default)",
                                         "weights-only offloading is not priced"),
     # kernels and host
@@ -961,6 +990,9 @@ def megatron_args(training: Any) -> list[tuple[str, Any]]:
             out.append(("muon_num_ns_steps", t.muon_ns_steps))
     if t.cp_comm_type != "p2p":
         out.append(("cp_comm_type", [t.cp_comm_type]))
+    if t.offload_modules:  # Megatron-LM validate_args: TE >= 2.10 needs NVTE_CPU_OFFLOAD_V1=1 for it
+        out += [("fine_grained_activation_offloading", True), ("offload_modules", list(t.offload_modules)),
+                ("env.NVTE_CPU_OFFLOAD_V1", 1)]
     if t.mtp_num_layers is not None:
         out.append(("mtp_num_layers", t.mtp_num_layers))
     if t.mtp_use_repeated_layer:
@@ -999,5 +1031,5 @@ RECIPE_TRAINING_KEYS: tuple[str, ...] = (
     "fused_grouped_mlp", "fp8_dot_product_attention", "attention_backend", "fp8_output_proj", "first_last_layers_bf16",
     "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "gradient_accumulation_fusion", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_weights", "fsdp_double_buffer", "optimizer",
-    "mtp_num_layers", "mtp_use_repeated_layer", "muon_ns_steps", "cp_comm_type")
+    "mtp_num_layers", "mtp_use_repeated_layer", "muon_ns_steps", "cp_comm_type", "offload_modules")
 """Training keys ``megatron_args`` writes (export marks them done)."""
