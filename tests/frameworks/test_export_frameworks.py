@@ -9,6 +9,7 @@ is a Megatron-LM argument or one of the Primus-only keys the export documents.
 """
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -74,6 +75,8 @@ CASES: dict[str, tuple[str, str, int, dict[str, Any]]] = {
         seq_len=4096, gbs=2048, pp=8, vpp=2, ep=32, precision="fp8", fp8_recipe="blockwise",
         pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL", moe_a2a_backend="deepep",
         moe_shared_expert_overlap=True, optimizer="muon", muon_ns_steps=6, fp8_activations=True)),
+    "moe-ulysses-cp-fine-grained-offload": ("gpt-oss-20b", "gb200-nvl72", 16, dict(
+        seq_len=8192, gbs=64, cp=2, ep=4, cp_comm_type="a2a", offload_modules=["core_attn", "attn_proj", "moe_act"])),
     "dense-cpu-offload-megatron-fsdp": ("llama3.1-405b", "gb200-nvl72", 128, dict(
         seq_len=8192, gbs=64, tp=2, fsdp=True, use_megatron_fsdp=True, fsdp_double_buffer=True,
         precision="fp8", fp8_recipe="tensorwise", cpu_offloading=True, cpu_offloading_num_layers=95,
@@ -119,11 +122,16 @@ def launch_env(run: RunConfig) -> dict[str, str]:
     return {}
 
 
+def exported_env(text: str) -> dict[str, str]:
+    """The launch environment an export states (its ``#   export NAME=value`` lines)."""
+    return dict(m.groups() for line in text.splitlines() if (m := re.match(r"#\s+export (\w+)=(\S+)$", line)))
+
+
 def megatron_case(run: RunConfig) -> dict[str, Any]:
-    return {"argv": megatron_model_argv(run.model, run.training.seq_len) + NO_TE
-            + command_line(export_run(run, "megatron")),
+    text = export_run(run, "megatron")
+    return {"argv": megatron_model_argv(run.model, run.training.seq_len) + NO_TE + command_line(text),
             "world_size": run.cluster.num_gpus, "capability": capability(run.cluster.hardware),
-            "env": launch_env(run)}
+            "env": {**launch_env(run), **exported_env(text)}}
 
 
 BAD_MEGATRON = {"unknown-flag": ["--no-such-flag"], "tp-overlap-without-sp": ["--tp-comm-overlap"],
