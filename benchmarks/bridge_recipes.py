@@ -173,8 +173,8 @@ def _child(out_path: str) -> int:  # pragma: no cover - runs under .frameworks i
         return repr(v)
 
     def fields(obj: Any) -> dict[str, Any]:
-        if isinstance(obj, Recorder):
-            return {k: plain(v) for k, v in obj.fields.items()}
+        if isinstance(obj, Recorder):  # private attributes (a recipe's layout builder callable) are not settings
+            return {k: plain(v) for k, v in obj.fields.items() if not k.startswith("_")}
         if dataclasses.is_dataclass(obj):
             return {f.name: plain(getattr(obj, f.name, None)) for f in dataclasses.fields(obj)}
         return {}

@@ -150,6 +150,8 @@ ALIASES: dict[str, str] = {
     "micro_batch_size": "mbs", "global_batch_size": "gbs", "seq_length": "seq_len", "encoder_seq_length": "seq_len",
     "moe_enable_deepep": "moe_enable_deepep", "moe_deepep_num_sms": "moe_flex_dispatcher_num_sms",
     "moe_hybridep_num_sms": "moe_flex_dispatcher_num_sms", "cuda_graph_modules": "cuda_graph_scope",
+    # TransformerConfig.fp8_param / fp4_param are Megatron-LM's --fp8-param-gather / --fp4-param-gather
+    "fp8_param": "fp8_param_gather", "fp4_param": "fp4_param_gather",
     "defer_embedding_wgrad_compute": "defer_embedding_wgrad", "cross_entropy_loss_fusion": "loss_fusion",
     "recompute_activations": "recompute_activations", "moe_paged_stash_buffer_size_factor_cuda":
         "moe_paged_stash_buffer_factor", "decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
@@ -775,6 +777,47 @@ SETTINGS: dict[str, Handler] = {
     "qk_clip_alpha": _ignore("see qk_clip"), "qk_clip_threshold": _ignore("see qk_clip"),
     "log_max_attention_logit": _ignore("a logged statistic (see qk_clip): not priced"),
     "muon_fp32_matmul_prec": _ignore("the Newton-Schulz GEMMs are priced at the BF16 rate whatever it says"),
+    # model and framework settings a Megatron-Bridge recipe carries that cost nothing or that the card decides
+    # (benchmarks/bridge_recipes.py lists what the performance recipes set)
+    "transformer_impl": _same("transformer_engine", "Transformer Engine layers (the op graph's kernels)",
+                              "Megatron-Core's local (non-TE) layers are not priced: the TE kernels are"),
+    "cuda_graph_warmup_steps": _ignore("eager steps before the CUDA-graph capture: not in a steady-state step"),
+    "use_te_rng_tracker": _ignore("the RNG state tracker CUDA graphs need: no cost"),
+    "pipeline_dtype": _ignore("the dtype of the activations pipeline stages pass: the P2P edges are priced in BF16"),
+    "init_method_std": _ignore("initialisation only"),
+    "should_pad_vocab": _ignore("the vocabulary padding: the card's vocabulary padded to 128 x tp is priced"),
+    "make_vocab_size_divisible_by": _ignore("the vocabulary padding: the card's vocabulary padded to 128 x tp is "
+                                            "priced"),
+    "vocab_size": _ignore("the card's vocabulary is priced: a recipe's model-shape override is not applied (give a "
+                          "card with this vocab_size)"),
+    "position_embedding_type": _ignore("the card's position embedding is priced (rope, learned or none)"),
+    "rotary_base": _ignore("a RoPE constant: no cost"), "rotary_scaling_factor": _ignore("a RoPE constant: no cost"),
+    "yarn_original_max_position_embeddings": _ignore("a RoPE (YaRN) constant: no cost"),
+    "bias_activation_fusion": _ignore("bias add and activation in one kernel where the MLP has a bias: the op graph "
+                                      "prices the activation as one fused pass"),
+    "fused_single_qkv_rope": _ignore("RoPE applied in the QKV projection's epilogue: the op graph prices one fused "
+                                     "RoPE pass either way"),
+    "mla_down_proj_fusion": _ignore("MLA's q and kv down projections as one GEMM: priced as two GEMMs of the same "
+                                    "FLOPs (a launch and a wave tail apart)"),
+    "mtp_loss_scaling_factor": _ignore("a loss coefficient: no cost"),
+    "moe_aux_loss_coeff": _ignore("a loss coefficient: the aux-loss statistics are priced with the router"),
+    "calculate_per_token_loss": _ignore("the loss normalised per token instead of per micro-batch: one scalar "
+                                        "reduction, not priced"),
+    "moe_router_dtype": _ignore("the router's logits and probabilities are priced in fp32 (Megatron-Core's fp32 "
+                                "router); a bf16 router halves one T x E buffer, not priced"),
+    "tp_only_amax_red": _ignore("FP8 amaxes reduced over TP only instead of every rank: a small all-reduce per "
+                                "step, not priced"),
+    "overlap_dispatch_backward_with_experts_wgrad": _same(
+        False, "off", "the dispatch backward overlapped with the experts' weight gradients is not priced apart from "
+                      "delay_wgrad_compute"),
+    "moe_ncclep_zero_copy": _ignore("a setting of the NCCL-EP flex backend, which is not priced"),
+    "moe_paged_stash_page_size": _ignore("the paged stash's page size: the stash is priced by its bytes"),
+    "batch_p2p_comm": _ignore("how the pipeline's sends and receives are issued: the P2P edges are priced by their "
+                              "bytes either way"),
+    "overlap_p2p_comm": _ignore("how the pipeline's sends and receives are issued: the P2P edges are priced by their "
+                                "bytes either way"),
+    "external_cuda_graph": _ignore("a graph captured outside Megatron-Core: the capture is priced as "
+                                   "cuda_graph_impl says"),
 }
 """Canonical setting name -> how it is read (see the module docstring)."""
 

@@ -44,6 +44,8 @@ def test_every_expressible_recipe_is_projected(rows):
     for r in rows:
         if r["status"] == "projected":
             assert r["tokens_per_s_per_gpu"] > 0 and 0 < r["mfu"] < 1 and r["peak_gib"] > 0
+            # every setting a performance recipe carries is priced or ignored with its own reason
+            assert not r["unknown_settings"], (r["recipe"], r["unknown_settings"])
 
 
 def test_the_recipe_is_read_as_megatron_bridge_builds_it(recipes, rows):
