@@ -36,10 +36,13 @@ _ARCHITECTURES = {
     "Llama4ForCausalLM": "llama4_text", "DbrxForCausalLM": "dbrx", "Phi3ForCausalLM": "phi3",
     "GraniteForCausalLM": "granite", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
     "Glm4MoeForCausalLM": "glm4_moe", "NemotronHForCausalLM": "nemotron_h",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5", "Qwen3_5ForCausalLM": "qwen3_5_text",
 }
 # Multimodal wrappers whose language model is a nested config: model_type -> key of the text config.
-_TEXT_CONFIG = {"llama4": "text_config", "gemma3": "text_config"}
-_TEXT_MODEL_TYPE = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+_TEXT_CONFIG = {"llama4": "text_config", "gemma3": "text_config", "qwen3_5_moe": "text_config", "qwen3_5": "text_config"}
+_TEXT_MODEL_TYPE = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_5_moe": "qwen3_5_moe_text",
+                    "qwen3_5": "qwen3_5_text"}
 """The model_type of a wrapper's text config when the nested object does not name it."""
 
 
@@ -489,10 +492,13 @@ _QWEN3_NEXT_MIXER = {"linear_attention": "G", "full_attention": "*"}
 
 
 def _qwen3_next(r: _Reader) -> dict[str, Any]:
-    """Qwen3-Next (transformers Qwen3NextConfig): transformer layers whose token mixer is a Gated DeltaNet
-    ('linear_attention') or gated attention ('full_attention', every full_attention_interval-th layer by default),
-    each followed by a MoE block (or a dense MLP in mlp_only_layers / off the decoder_sparse_step), written as a
-    hybrid pattern of two symbols per layer (G or *, then E or -)."""
+    """Qwen3-Next (transformers Qwen3NextConfig) and Qwen3.5's language model (Qwen3_5MoeTextConfig, a
+    Qwen3NextConfig whose every layer is MoE; Qwen3_5TextConfig, the same layers with a dense MLP; their Gated
+    DeltaNet splits in_proj into qkv / z / b / a, the same weights): transformer layers whose token mixer is a Gated
+    DeltaNet ('linear_attention') or gated attention ('full_attention', every full_attention_interval-th layer by
+    default), each followed by a MoE block (or a dense MLP in mlp_only_layers / off the decoder_sparse_step),
+    written as a hybrid pattern of two symbols per layer (G or *, then E or -)."""
+    dense = r.model_type == "qwen3_5_text"
     n = r.req("num_hidden_layers")
     types = r.opt("layer_types", [])
     if not types and isinstance(n, int) and 0 < n <= MAX_LIST_LENGTH:
@@ -506,7 +512,7 @@ def _qwen3_next(r: _Reader) -> dict[str, Any]:
     elif types and miscounted:
         r.problems.append(f"config.json (model_type {r.model_type!r}): layer_types lists {len(types)} layers but "
                           f"num_hidden_layers={n}")
-    is_moe = _qwen_moe_layers(r)
+    is_moe = (lambda i: False) if dense else _qwen_moe_layers(r)
     ok = not bad and types and not miscounted
     pattern = "".join(_QWEN3_NEXT_MIXER[t] + ("E" if is_moe(i) else "-") for i, t in enumerate(types)) if ok else None
     heads = r.req("num_attention_heads")
@@ -522,12 +528,13 @@ def _qwen3_next(r: _Reader) -> dict[str, Any]:
         "gdn_key_head_dim": r.opt("linear_key_head_dim", 128, minimum=1),
         "gdn_value_head_dim": r.opt("linear_value_head_dim", 128, minimum=1),
         "gdn_conv_kernel": r.opt("linear_conv_kernel_dim", 4, minimum=1),
-        "num_experts": r.req("num_experts"), "moe_topk": r.req("num_experts_per_tok"),
-        "moe_ffn_hidden_size": r.req("moe_intermediate_size"),
     }
+    if not dense:
+        card.update(num_experts=r.req("num_experts"), moe_topk=r.req("num_experts_per_tok"),
+                    moe_ffn_hidden_size=r.req("moe_intermediate_size"))
     if pattern and "-" in pattern:
         card["ffn_hidden_size"] = r.req("intermediate_size")
-    shared = r.opt("shared_expert_intermediate_size", 0, minimum=0)
+    shared = 0 if dense else r.opt("shared_expert_intermediate_size", 0, minimum=0)
     if shared:
         card.update(num_shared_experts=1, shared_expert_ffn_hidden_size=shared)
         r.notes.append("the shared expert's sigmoid gate (H parameters per MoE layer) is not counted")
@@ -546,7 +553,8 @@ _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek, "glm4_moe": _deepseek,
     "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "nemotron": _nemotron,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "llama4": _llama4, "llama4_text": _llama4,
-    "dbrx": _dbrx, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
+    "dbrx": _dbrx, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next, "qwen3_5_moe_text": _qwen3_next,
+    "qwen3_5_text": _qwen3_next,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 
@@ -640,7 +648,7 @@ def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
     if not isinstance(data, dict):
         raise InvalidConfigError(f"config.json for {name!r} must be a JSON object, got a {type(data).__name__}")
     absurd = size_problems(data)
-    wrapper = data.get("model_type")
+    wrapper, tower = data.get("model_type"), []
     if isinstance(wrapper, str) and wrapper in _TEXT_CONFIG:  # a multimodal checkpoint: its language model
         key = _TEXT_CONFIG[wrapper]
         text = data.get(key)
@@ -648,6 +656,8 @@ def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
             raise InvalidConfigError(absurd + [f"config.json (model_type {wrapper!r}) needs a {key!r} object with "
                                                f"the language model's keys"])
         absurd += size_problems(text, f"config.json {key}")
+        if isinstance(data.get("vision_config"), dict):
+            tower = [f"the {wrapper} checkpoint's vision encoder is not priced (the card is its language model)"]
         data = {**text, "model_type": text.get("model_type", _TEXT_MODEL_TYPE[wrapper])}
     if absurd:
         raise InvalidConfigError(absurd)
@@ -662,7 +672,7 @@ def card_from_hf_config(data: dict[str, Any], name: str) -> ModelCard:
                                                [f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"]))
     fields = {k: v for k, v in fields.items() if v is not None}
     fields.update(name=name, family=mt, sources=[f"Hugging Face config.json (model_type {mt})"],
-                  notes="; ".join(r.notes))
+                  notes="; ".join(r.notes + tower))
     return ModelCard.from_dict(fields)
 
 

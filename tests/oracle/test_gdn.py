@@ -204,3 +204,32 @@ def test_a_pair_pattern_that_is_not_pairs_is_refused():
     with pytest.raises(InvalidConfigError, match="hybrid_pairs=true needs the pattern as"):
         RunConfig.from_dict({"model": {**card.to_dict(), "hybrid_pattern": "EG" * 48},
                              "cluster": {"hardware": "b200", "num_gpus": 8}, "training": {"ep": 8}})
+
+
+QWEN35_TEXT = {  # transformers 5.12 Qwen3_5MoeTextConfig defaults (its docstring: "Qwen3.5-35B-A3B style")
+    "vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "hidden_act": "silu", "max_position_embeddings": 32768,
+    "tie_word_embeddings": False, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "num_experts_per_tok": 8,
+    "num_experts": 256}
+
+
+def test_qwen3_5_imports_as_its_language_model():
+    # Qwen3.5 (transformers qwen3_5_moe): a vision-language wrapper whose text_config is a Qwen3NextConfig with
+    # every layer MoE; the language model is the card, the vision encoder is said not to be priced
+    wrapped = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+               "text_config": QWEN35_TEXT, "vision_config": {"depth": 27, "hidden_size": 1152}}
+    card = card_from_hf_config(wrapped, "qwen3.5-35b-a3b")
+    assert card.family == "qwen3_5_moe_text" and card.hybrid_pairs and card.attention_output_gate
+    assert card.hybrid_pattern == ("GE" * 3 + "*E") * 10
+    assert card.total_params() == pytest.approx(35e9, rel=0.02) and card.active_params() < 4e9
+    assert "vision encoder is not priced" in card.notes
+    run = RunConfig.from_dict({"model": card.to_dict(), "cluster": {"hardware": "b200", "num_gpus": 8},
+                               "training": {"seq_len": 4096, "gbs": 64, "ep": 8}})
+    assert project(run).tokens_per_s_per_gpu > 0
+    # the dense Qwen3.5 (qwen3_5 / qwen3_5_text): the same mixers, a dense MLP in every layer
+    dense_text = {k: v for k, v in QWEN35_TEXT.items() if "expert" not in k and k != "moe_intermediate_size"}
+    dense = card_from_hf_config({"model_type": "qwen3_5", "text_config": {**dense_text, "intermediate_size": 6144}},
+                                "qwen3.5-dense")
+    assert not dense.is_moe and dense.hybrid_pattern == ("G-" * 3 + "*-") * 10 and dense.ffn_hidden_size == 6144
