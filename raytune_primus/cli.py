@@ -85,7 +85,13 @@ def _project_run(args: argparse.Namespace):
     from oracle.config import RunConfig, apply_overrides
     from oracle.recipe import split_megatron_args
     from oracle.yamlio import load_mapping
-    if args.config:
+    if args.bridge_recipe:
+        if args.config or args.model or args.hardware or args.num_gpus or args.megatron_args:
+            raise _usage("--bridge-recipe states the model, cluster and recipe: give it without a config file, "
+                         "--model/--hardware/--num-gpus or --megatron-args (override with --set)")
+        from raytune_primus.bridge_recipes import load_recipe_config
+        data = load_recipe_config(args.bridge_recipe)
+    elif args.config:
         if args.model or args.hardware or args.num_gpus:
             raise _usage("project takes a config file or --model/--hardware/--num-gpus, not both")
         data = load_mapping(args.config, "config file")
@@ -108,7 +114,7 @@ def _project_run(args: argparse.Namespace):
         return RunConfig.from_dict(apply_overrides(data, sets + args.set), where="config")
     except InvalidConfigError as exc:
         batch = [k for k in ("seq_len", "gbs") if any(f"missing required key {k!r}" in p for p in exc.problems)]
-        if args.config or not batch:
+        if args.config or args.bridge_recipe or not batch:
             raise
         # no file: the flags name the model and the cluster, the batch is the user's to give
         flags = {"seq_len": "--seq-len S", "gbs": "--gbs G"}
@@ -496,6 +502,10 @@ def build_parser() -> argparse.ArgumentParser:
     pj.add_argument("--megatron-args", metavar="TEXT", help="a Megatron-LM launch line (flags and NAME=value environment "
                     "words) read onto the training config; every flag is priced or listed as ignored. Write "
                     "--megatron-args=\"--tensor-model-parallel-size 4 ...\" when the line starts with a flag")
+    pj.add_argument("--bridge-recipe", metavar="NAME", help="a Megatron-Bridge performance recipe function (e.g. "
+                    "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config): its model card, GPU count, hardware and every "
+                    "setting it makes, read from the installed megatron-bridge (scripts/install-frameworks.sh); "
+                    "--set and the batch flags override it")
     pj.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a key, e.g. training.tp=8 (repeatable)")
     pj.add_argument("--mode", default="simulate", choices=["simulate", "benchmark", "both"],

@@ -27,14 +27,12 @@ from typing import Any
 
 from oracle.hardware import HardwareProfile
 from oracle.model_card import ModelCard
+from raytune_primus.frameworks import FRAMEWORKS, PINS
+from raytune_primus.frameworks import unavailable as not_installed
 from tests.conftest import ROOT
 
-FRAMEWORKS = Path(os.environ.get("RAYTUNE_PRIMUS_FRAMEWORKS", ROOT / ".frameworks"))
-PINS = ROOT / "scripts" / "frameworks.txt"
-"""What scripts/install-frameworks.sh installs (exact versions); its copy in FRAMEWORKS marks the install."""
 PROBE = Path(__file__).with_name("probe.py")
 PROBE_TIMEOUT_S = 900
-INSTALL_HINT = "run `bash scripts/install-frameworks.sh`"
 
 ARCH_CAPABILITY: dict[str, tuple[int, int]] = {
     "ampere": (8, 0), "hopper": (9, 0), "blackwell": (10, 0), "blackwell-ultra": (10, 3)}
@@ -48,11 +46,9 @@ class FrameworkError(RuntimeError):
 
 def unavailable() -> str | None:
     """Why the frameworks' config classes cannot be read here, or None when they can."""
-    stamp = FRAMEWORKS / PINS.name
-    if not stamp.is_file():
-        return f"frameworks not installed in {FRAMEWORKS} ({INSTALL_HINT})"
-    if stamp.read_text() != PINS.read_text():
-        return f"{FRAMEWORKS} holds other versions than {PINS.relative_to(ROOT)} ({INSTALL_HINT})"
+    reason = not_installed()
+    if reason:
+        return reason
     try:
         catalog()
     except FrameworkError as exc:

@@ -26,100 +26,25 @@ a case turns off what needs them at config time (``--no-rope-fusion``).
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import dataclasses
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import io
 import json
 import os
 import sys
 import traceback
-import types
 import typing
 import warnings
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-FRAMEWORKS = Path(os.environ.get("RAYTUNE_PRIMUS_FRAMEWORKS", Path(__file__).resolve().parents[2] / ".frameworks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: its raytune_primus
+from raytune_primus.frameworks import setup  # noqa: E402 - the import view (module doc)
+
 DISTRIBUTIONS = ("megatron-core", "megatron-bridge", "torchtitan")
-
-
-class _ReexportOnlyInit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Packages under ``prefix`` whose ``__init__`` only re-exports names: created without running it;
-    a re-exported name imports its module on first use. Any other ``__init__`` runs as usual."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.exports: dict[str, dict[str, tuple[str, str]]] = {}
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != self.prefix and not name.startswith(self.prefix + "."):
-            return None
-        pkg = FRAMEWORKS.joinpath(*name.split("."))
-        init = pkg / "__init__.py"
-        if not init.is_file():
-            return None
-        exports: dict[str, tuple[str, str]] = {}
-        for node in ast.parse(init.read_text()).body:
-            if isinstance(node, ast.ImportFrom):
-                module = importlib.util.resolve_name("." * node.level + (node.module or ""), name) \
-                    if node.level else node.module
-                exports.update({a.asname or a.name: (module, a.name) for a in node.names})
-            elif isinstance(node, (ast.Import, ast.Assign)) or (
-                    isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
-                continue  # registration side effects, __all__, deprecated aliases, the docstring
-            else:
-                return None
-        self.exports[name] = exports
-        spec = importlib.machinery.ModuleSpec(name, self, origin=str(init), is_package=True)
-        spec.submodule_search_locations = [str(pkg)]
-        return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        return None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        exports = self.exports[module.__name__]
-
-        def __getattr__(attr: str) -> Any:
-            if attr not in exports:
-                raise AttributeError(f"module {module.__name__!r} has no attribute {attr!r}")
-            source, real = exports[attr]
-            try:
-                value = getattr(importlib.import_module(source), real)
-            except AttributeError:
-                value = importlib.import_module(f"{source}.{real}")
-            setattr(module, attr, value)
-            return value
-
-        module.__getattr__ = __getattr__  # type: ignore[method-assign]
-
-
-class _Placeholder(types.ModuleType):
-    """A runtime-only dependency no config class uses: every attribute is an empty class."""
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        value = type(attr, (), {})
-        setattr(self, attr, value)
-        return value
-
-
-def setup() -> None:
-    """The child process's view of the frameworks (see the module doc)."""
-    import typing_extensions
-    warnings.simplefilter("ignore")
-    typing.override = getattr(typing, "override", typing_extensions.override)  # type: ignore[attr-defined]
-    sys.path.insert(0, str(FRAMEWORKS))
-    sys.modules["megatron.energon"] = _Placeholder("megatron.energon")
-    sys.meta_path.insert(0, _ReexportOnlyInit("megatron.bridge"))
 
 
 # --------------------------------------------------------------------------------------------- catalog

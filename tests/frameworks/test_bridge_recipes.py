@@ -3,6 +3,9 @@ projected. A recipe whose model has a card and whose GPU has a profile is projec
 would refuse the same settings (the refusals below are its own assertions)."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections import Counter
 
@@ -12,8 +15,10 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.usefixtures("frameworks")]
 
+from raytune_primus.bridge_recipes import read_recipes, recipe_mapping  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import bridge_recipes  # noqa: E402
+from bridge_recipes import project_recipe  # noqa: E402 - benchmarks/bridge_recipes.py, the sweep
 
 MEGATRON_REFUSES = (
     "does not divide",  # parallel_state: world_size % (pp * ep * etp) (a 64-GPU recipe holding a 1,024-GPU layout)
@@ -24,12 +29,12 @@ MEGATRON_REFUSES = (
 
 @pytest.fixture(scope="module")
 def recipes() -> list[dict]:
-    return bridge_recipes.read_recipes()
+    return read_recipes()
 
 
 @pytest.fixture(scope="module")
 def rows(recipes) -> list[dict]:
-    return [bridge_recipes.project_recipe(r) for r in recipes]
+    return [project_recipe(r) for r in recipes]
 
 
 def test_every_expressible_recipe_is_projected(rows):
@@ -54,8 +59,35 @@ def test_the_recipe_is_read_as_megatron_bridge_builds_it(recipes, rows):
     assert by["qwen3_next_80b_a3b_pretrain_64gpu_gb200_bf16_config"]["layout"].startswith("tp1 pp2 vpp4")
     # apply_flex_dispatcher_backend: DeepEP runs on B200, falls back to alltoall on GB200
     recs = {r.get("function"): r for r in recipes}
-    b200 = bridge_recipes.recipe_mapping(recs["qwen3_next_80b_a3b_pretrain_64gpu_b200_bf16_config"])
+    b200 = recipe_mapping(recs["qwen3_next_80b_a3b_pretrain_64gpu_b200_bf16_config"])
     assert b200["moe_token_dispatcher_type"] == "flex" and b200["moe_flex_dispatcher_backend"] == "deepep"
     # NVFP4 recipes train in NVFP4 (MixedPrecisionConfig.fp4 = e2m1)
     assert by["deepseek_v3_pretrain_256gpu_b200_nvfp4_config"]["precision"] == "nvfp4"
     assert by["deepseek_v3_pretrain_256gpu_b200_fp8cs_config"]["precision"] == "fp8/tensorwise"
+
+
+def test_project_takes_a_performance_recipe_by_name(capsys):
+    from raytune_primus.cli import main
+    assert main(["project", "--bridge-recipe", "qwen3_next_80b_a3b_pretrain_64gpu_gb200_fp8mx_config",
+                 "--format", "json", "--no-hints"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    t = out["config"]["training"]
+    assert (t["pp"], t["vpp"], t["ep"], t["mbs"], t["gbs"], t["precision"]) == (2, 4, 32, 2, 1024, "fp8")
+    assert out["config"]["cluster"]["num_gpus"] == 64 and out["tokens_per_s_per_gpu"] > 0
+    # a --set overrides the recipe
+    assert main(["project", "--bridge-recipe", "qwen3_next_80b_a3b_pretrain_64gpu_gb200_fp8mx_config",
+                 "--set", "training.mbs=1", "--format", "json", "--no-hints"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["training"]["mbs"] == 1
+    # a name that is not a recipe: the close ones; one with no card: which cards there are
+    assert main(["project", "--bridge-recipe", "qwen3_next_80b_pretrain_64gpu_gb200_config"]) == 2
+    assert "close: qwen3_next_80b_a3b_pretrain_64gpu_gb200" in capsys.readouterr().err
+    assert main(["project", "--bridge-recipe", "nemotron_3_super_pretrain_64gpu_b200_bf16_config"]) == 2
+    assert "no bundled card for nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16" in capsys.readouterr().err
+
+
+def test_without_the_frameworks_the_error_says_how_to_install_them(tmp_path):
+    env = {**os.environ, "RAYTUNE_PRIMUS_FRAMEWORKS": str(tmp_path / "none")}
+    proc = subprocess.run([sys.executable, "-m", "raytune_primus.cli", "project", "--bridge-recipe", "x_config"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "install-frameworks.sh" in proc.stderr
