@@ -69,6 +69,10 @@ SECTIONS = ("ddp", "comm_overlap", "mixed_precision", "optimizer")
 checkpointing, logging and data loading)."""
 
 
+class BridgeRecipeError(PrimusError):
+    """A Megatron-Bridge performance recipe that cannot be read or has no card / profile here."""
+
+
 # ---------------------------------------------------------------------------------------------- the child
 def _child(out_path: str, only: str | None = None) -> int:  # pragma: no cover - runs under .frameworks, a subprocess
     import dataclasses
@@ -227,10 +231,6 @@ def read_recipes(only: str | None = None) -> list[dict[str, Any]]:
         return json.loads(dst.read_text())
 
 
-class BridgeRecipeError(PrimusError):
-    """A Megatron-Bridge performance recipe that cannot be read or has no card / profile here."""
-
-
 def recipe_config(rec: dict[str, Any]) -> dict[str, Any]:
     """The project config of one read recipe (model card, cluster, its settings under ``recipe:``); a
     BridgeRecipeError naming what is missing where the recipe did not run or has no card or profile."""
@@ -273,8 +273,8 @@ def card_of(rec: dict[str, Any]) -> str | None:
 
 def num_gpus_of(rec: dict[str, Any]) -> int:
     m = re.search(r"_(\d+)gpu_", rec["function"])
-    if not m:
-        raise ValueError(f"{rec['function']}: no '<N>gpu' in the recipe's name")
+    if not m:  # every 0.6 recipe names its GPU count; a later one might not
+        raise BridgeRecipeError(f"{rec['function']}: no '<N>gpu' in the recipe's name to size the cluster by")
     return int(m.group(1))
 
 
