@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     all_kinds = kinds()
     names = args.kinds or sorted(all_kinds)
+    unknown = [n for n in names if n not in all_kinds]
+    if unknown:
+        p.error(f"unknown kind(s) {', '.join(unknown)}; the kinds are {', '.join(sorted(all_kinds))}")
     total, failed_total = 0, 0
     distinct: dict[str, tuple[int, str]] = {}
     t0 = time.perf_counter()
