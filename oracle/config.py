@@ -463,6 +463,7 @@ class RunConfig:
         if problems:
             raise InvalidConfigError(problems)
         recipe: tuple[Any, ...] = ()
+        card_fields: dict[str, Any] = {}
         if data.get("recipe") is not None:  # Megatron-Core / Megatron-Bridge names (oracle.recipe), under training
             from oracle.recipe import read_recipe
             rec = data["recipe"]
@@ -476,7 +477,7 @@ class RunConfig:
             except InvalidConfigError as exc:
                 raise InvalidConfigError([f"{where}.recipe: {p}" for p in exc.problems]) from None
             data = {**data, "training": {**reading.training, **data["training"]}}  # the training section wins
-            recipe = reading.entries
+            recipe, card_fields = reading.entries, reading.model
         model_ref = data["model"]
         if not isinstance(model_ref, str):
             if isinstance(model_ref, dict):
@@ -526,6 +527,11 @@ class RunConfig:
                 model = load_model(model_ref)
             except PrimusError as exc:
                 problems.append(str(exc))
+        if model is not None and card_fields and any(getattr(model, k) != v for k, v in card_fields.items()):
+            # the recipe's model overrides (oracle.recipe: e.g. vocab_size): an edited card, written inline by to_dict
+            shown = ", ".join(f"{k}={v}" for k, v in card_fields.items())
+            model = dataclasses.replace(model, **card_fields, name=f"{model.name} (recipe: {shown})")
+            problems += [f"{where}.recipe: {p}" for p in model.problems()]
         num_gpus = None
         if hw is not None and ("num_gpus" in cl) != ("num_nodes" in cl):
             key = "num_gpus" if "num_gpus" in cl else "num_nodes"

@@ -59,6 +59,9 @@ class RecipeReading:
     """TrainingConfig keys and values the recipe sets."""
     entries: tuple[RecipeEntry, ...] = ()
     """Every key of the recipe, priced or ignored."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """Model-card fields the recipe sets on the model (Megatron-Bridge recipes override e.g. ``vocab_size``): the
+    run's card is the named one with these values."""
 
     @property
     def ignored(self) -> tuple[RecipeEntry, ...]:
@@ -337,6 +340,22 @@ def _offload_modules(v: Any, given: str, out: dict[str, Any], every: dict[str, A
         raise _Ignore("none")
     out["offload_modules"] = mods
     return "training.offload_modules"
+
+
+_MODEL = "__model__"
+"""Where a handler puts the model-card fields a recipe sets (RecipeReading.model)."""
+
+
+def _card_field(name: str) -> Handler:
+    """A model-card field a recipe sets on the model (Megatron-Bridge perf recipes set ``cfg.model.vocab_size``):
+    the run's card is the named one with this value."""
+    def handler(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]) -> str:
+        n = _int(v, given)
+        if n < 1:
+            raise InvalidConfigError(f"recipe {given}={v!r} must be a positive whole number")
+        out[_MODEL] = {**out.get(_MODEL, {}), name: n}
+        return f"the model card's {name}"
+    return handler
 
 
 def _flex_only(key: str, conv: Callable[[Any, str], Any], what: str) -> Handler:
@@ -788,8 +807,7 @@ SETTINGS: dict[str, Handler] = {
     "should_pad_vocab": _ignore("the vocabulary padding: the card's vocabulary padded to 128 x tp is priced"),
     "make_vocab_size_divisible_by": _ignore("the vocabulary padding: the card's vocabulary padded to 128 x tp is "
                                             "priced"),
-    "vocab_size": _ignore("the card's vocabulary is priced: a recipe's model-shape override is not applied (give a "
-                          "card with this vocab_size)"),
+    "vocab_size": _card_field("vocab_size"),
     "position_embedding_type": _ignore("the card's position embedding is priced (rope, learned or none)"),
     "rotary_base": _ignore("a RoPE constant: no cost"), "rotary_scaling_factor": _ignore("a RoPE constant: no cost"),
     "yarn_original_max_position_embeddings": _ignore("a RoPE (YaRN) constant: no cost"),
@@ -977,7 +995,8 @@ def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str, *, lenie
             out.clear()
             out.update(before)  # nothing of the unreadable setting is kept
             entries.append(RecipeEntry(key, val, IGNORED, f"a value this projection cannot read: {exc}"))
-    return RecipeReading(training=out, entries=tuple(entries))
+    model = out.pop(_MODEL, {})
+    return RecipeReading(training=out, entries=tuple(entries), model=model)
 
 
 def unknown_settings(reading: RecipeReading) -> list[str]:

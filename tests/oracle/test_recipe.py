@@ -236,3 +236,20 @@ def test_dist_muon_is_sharded_whatever_the_ddp_flag_says() -> None:
     assert r.training == {"use_distributed_optimizer": True, "optimizer": "muon"}
     assert read_recipe([("optimizer", "adam"), ("use_distributed_optimizer", False)]).training[
         "use_distributed_optimizer"] is False
+
+
+def test_a_recipes_vocab_size_is_the_cards_and_round_trips() -> None:
+    # Megatron-Bridge's GPT-OSS-20B perf recipes set cfg.model.vocab_size = 128256 (the card's is 201088)
+    base = {"model": "gpt-oss-20b", "cluster": {"hardware": "b300", "num_gpus": 8},
+            "training": {"seq_len": 8192, "gbs": 64, "ep": 8}}
+    plain = RunConfig.from_dict(base)
+    run = RunConfig.from_dict({**base, "recipe": {"vocab_size": 128256}})
+    assert run.model.vocab_size == 128256 and plain.model.vocab_size == 201088
+    assert run.model.name == "gpt-oss-20b (recipe: vocab_size=128256)"
+    assert {e.key: e.status for e in run.recipe}["vocab_size"] == PRICED
+    back = RunConfig.from_dict(run.to_dict())  # an edited card is written inline
+    assert back.model == run.model and back.key() == run.key() != plain.key()
+    same = RunConfig.from_dict({**base, "recipe": {"vocab_size": 201088}})  # the card's own value: the bundled card
+    assert same.model == plain.model and same.to_dict()["model"] == "gpt-oss-20b"
+    with pytest.raises(InvalidConfigError, match="vocab_size=0 must be a positive whole number"):
+        RunConfig.from_dict({**base, "recipe": {"vocab_size": 0}})
