@@ -92,6 +92,11 @@ def add_derive_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="hold a training key at a value, e.g. --set fp8_recipe=mxfp8 or --set cp=1 (repeatable; "
                         "cluster.memory_margin=0.05 too)")
+    g.add_argument("--bridge-recipe", metavar="NAME", help="take the model, GPUs, hardware, sequence, global batch and "
+                   "number format from a Megatron-Bridge performance recipe (e.g. "
+                   "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config) instead of those flags; the derived space is "
+                   "searched as for --model (the recipe's own settings are not held: `project --bridge-recipe` "
+                   "prices them). Needs scripts/install-frameworks.sh")
     p.add_argument_group("numerics (an experiment file's or a derived one's)").add_argument(
         "--allow", metavar="GROUPS", help="numerics the search may change (held otherwise): precision (format and FP8 "
                                           "recipe), fp8_activations, token_drop (capacity factor, padding); "
@@ -107,6 +112,9 @@ def experiment_from_args(args: argparse.Namespace, *, results: Callable[[str], A
     from searchers.derive import parse_allow
     from searchers.experiment import Experiment, load_experiment
 
+    if getattr(args, "bridge_recipe", None) and args.experiment:
+        raise InvalidConfigError(f"give an experiment ({args.experiment!r}) or --bridge-recipe, not both")
+    bridge_recipe_into(args)
     derive = [f for f in DERIVE_FLAGS if getattr(args, f, None) is not None]
     extra = [flag for flag, given in (("--precision", getattr(args, "precision", None) is not None),
                                       ("--set", bool(getattr(args, "set", None)))) if given]
@@ -137,10 +145,40 @@ def experiment_from_args(args: argparse.Namespace, *, results: Callable[[str], A
     return load_experiment(str(path))
 
 
+def bridge_recipe_into(args: argparse.Namespace) -> None:
+    """--bridge-recipe NAME: the derive flags from a Megatron-Bridge performance recipe (raytune_primus.bridge_recipes):
+    its card, hardware profile, GPU count, sequence length, global batch and number format (an FP8 recipe held with
+    --set fp8_recipe=...). Given with any of those flags it is an error naming them. Applied once."""
+    name = getattr(args, "bridge_recipe", None)
+    if not name or getattr(args, "_bridge_applied", False):
+        return
+    given = [f for f in (*DERIVE_FLAGS, "precision") if getattr(args, f, None) is not None]
+    if given:
+        raise InvalidConfigError(f"--bridge-recipe states the model, cluster, batch and number format: give it "
+                                 f"without {', '.join('--' + f.replace('_', '-') for f in given)} (hold other "
+                                 f"training keys with --set)")
+    from oracle.config import RunConfig
+    from raytune_primus.bridge_recipes import load_recipe_config
+    cfg = load_recipe_config(name)
+    run = RunConfig.from_dict(cfg, where=name)
+    if not isinstance(run.to_dict()["model"], str):  # the recipe edits the card (oracle.recipe: vocab_size)
+        raise InvalidConfigError(f"{name} changes the model card ({run.model.name}): derive from a card YAML with "
+                                 f"those values (a YAML with based_on: {cfg['model']} and the fields that differ) via "
+                                 f"--model and the other flags")
+    t = run.training
+    args.model, args.hardware, args.num_gpus = cfg["model"], run.cluster.hardware.name, run.cluster.num_gpus
+    args.seq_len, args.gbs, args.precision = t.seq_len, t.gbs, t.precision
+    if t.precision == "fp8" and not any(s.split("=", 1)[0].strip() in ("fp8_recipe", "training.fp8_recipe")
+                                        for s in args.set or []):
+        args.set = [*(args.set or []), f"fp8_recipe={t.fp8_recipe}"]
+    args._bridge_applied = True
+
+
 def derive_from_args(args: argparse.Namespace, allow: list[str] | None = None):
     """searchers.derive.derive_spec for the --model ... flags (one line naming the missing ones)."""
     from searchers.derive import derive_spec, parse_allow
 
+    bridge_recipe_into(args)
     missing = [f for f in DERIVE_FLAGS if getattr(args, f, None) is None]
     if missing:
         def flags(names):

@@ -91,3 +91,16 @@ def test_without_the_frameworks_the_error_says_how_to_install_them(tmp_path):
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "install-frameworks.sh" in proc.stderr
+
+
+def test_a_search_is_derived_from_a_recipes_run(capsys):
+    from raytune_primus.cli import main
+    assert main(["experiments", "init", "--bridge-recipe", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config"]) == 0
+    out = capsys.readouterr().out
+    assert "--model qwen3-30b-a3b --hardware gb200-nvl72 --num-gpus 8 --seq-len 4096 --gbs 512 --precision fp8 " \
+           "--set fp8_recipe=mxfp8" in out
+    assert main(["experiments", "init", "--bridge-recipe", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
+                 "--gbs", "256"]) == 2
+    assert "give it without --gbs" in capsys.readouterr().err
+    assert main(["experiments", "init", "--bridge-recipe", "gpt_oss_20b_pretrain_8gpu_b300_fp8mx_config"]) == 2
+    assert "changes the model card" in capsys.readouterr().err
