@@ -92,11 +92,11 @@ def add_derive_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="hold a training key at a value, e.g. --set fp8_recipe=mxfp8 or --set cp=1 (repeatable; "
                         "cluster.memory_margin=0.05 too)")
-    g.add_argument("--bridge-recipe", metavar="NAME", help="take the model, GPUs, hardware, sequence, global batch and "
-                   "number format from a Megatron-Bridge performance recipe (e.g. "
-                   "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config) instead of those flags; the derived space is "
-                   "searched as for --model (the recipe's own settings are not held: `project --bridge-recipe` "
-                   "prices them). Needs scripts/install-frameworks.sh")
+    g.add_argument("--bridge-recipe", metavar="NAME", help="search around a Megatron-Bridge performance recipe (e.g. "
+                   "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config): its model, GPUs, hardware, sequence, global "
+                   "batch and number format instead of those flags, its software settings (dispatcher, CUDA graphs, "
+                   "overlaps, fused kernels) held with --set, the layout, micro-batch, recompute, schedule and "
+                   "sharding searched. Needs scripts/install-frameworks.sh")
     p.add_argument_group("numerics (an experiment file's or a derived one's)").add_argument(
         "--allow", metavar="GROUPS", help="numerics the search may change (held otherwise): precision (format and FP8 "
                                           "recipe), fp8_activations, token_drop (capacity factor, padding); "
@@ -147,8 +147,9 @@ def experiment_from_args(args: argparse.Namespace, *, results: Callable[[str], A
 
 def bridge_recipe_into(args: argparse.Namespace) -> None:
     """--bridge-recipe NAME: the derive flags from a Megatron-Bridge performance recipe (raytune_primus.bridge_recipes):
-    its card, hardware profile, GPU count, sequence length, global batch and number format (an FP8 recipe held with
-    --set fp8_recipe=...). Given with any of those flags it is an error naming them. Applied once."""
+    its card, hardware profile, GPU count, sequence length, global batch and number format, and every other setting
+    it makes held with --set (RECIPE_SEARCHED: what stays free). Given with any of the derive flags it is an error
+    naming them; a --set of the user's outranks the recipe's. Applied once."""
     name = getattr(args, "bridge_recipe", None)
     if not name or getattr(args, "_bridge_applied", False):
         return
@@ -157,7 +158,7 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
         raise InvalidConfigError(f"--bridge-recipe states the model, cluster, batch and number format: give it "
                                  f"without {', '.join('--' + f.replace('_', '-') for f in given)} (hold other "
                                  f"training keys with --set)")
-    from oracle.config import RunConfig
+    from oracle.config import RunConfig, to_dict
     from raytune_primus.bridge_recipes import load_recipe_config
     cfg = load_recipe_config(name)
     run = RunConfig.from_dict(cfg, where=name)
@@ -168,10 +169,40 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     t = run.training
     args.model, args.hardware, args.num_gpus = cfg["model"], run.cluster.hardware.name, run.cluster.num_gpus
     args.seq_len, args.gbs, args.precision = t.seq_len, t.gbs, t.precision
-    if t.precision == "fp8" and not any(s.split("=", 1)[0].strip() in ("fp8_recipe", "training.fp8_recipe")
-                                        for s in args.set or []):
-        args.set = [*(args.set or []), f"fp8_recipe={t.fp8_recipe}"]
+    # the recipe's software settings are held (its dispatcher, CUDA graphs, overlaps, fused kernels, FP8 options);
+    # what the derived space searches stays free: the layout, micro-batch, recompute, schedule and sharding
+    held = {x.split("=", 1)[0].strip().removeprefix("training.") for x in args.set or []}
+    searched = set(RECIPE_SEARCHED) - ({"moe_a2a_backend"} if t.moe_a2a_backend not in ("alltoall", "deepep") else set())
+    plain = to_dict(t)
+    args.set = [*(args.set or []), *(f"{k}={_set_value(plain[k])}" for k in sorted(_non_default(t))
+                                     if k not in searched and k not in held and plain[k] is not None)]
     args._bridge_applied = True
+
+
+RECIPE_SEARCHED = ("tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "gbs", "seq_len", "precision",
+                   "recompute", "recompute_num_layers", "recompute_modules", "use_distributed_optimizer", "fsdp",
+                   "moe_a2a_backend", "moe_sync_free", "sequence_parallel", "decoder_first_pipeline_num_layers",
+                   "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout",
+                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+"""Training keys of a recipe a search derived from it (--bridge-recipe) leaves free: the derived space's axes (the
+dispatcher only where the recipe's is one of the space's), what a layout derives, and the batch and number format
+the derivation holds itself. Every other key the recipe sets is held at its value."""
+
+
+def _non_default(t: Any) -> list[str]:
+    """The training keys of ``t`` that differ from TrainingConfig's defaults."""
+    import dataclasses
+    return [f.name for f in dataclasses.fields(t) if f.default is not dataclasses.MISSING
+            and getattr(t, f.name) != f.default]
+
+
+def _set_value(v: Any) -> str:
+    """A training value as --set writes it (bools lower-case, lists in brackets)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(map(str, v)) + "]"
+    return str(v)
 
 
 def derive_from_args(args: argparse.Namespace, allow: list[str] | None = None):

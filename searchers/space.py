@@ -187,8 +187,11 @@ class SearchSpace:
                 problems.append(f"space.restrict: {exc}")
         if problems:
             raise InvalidConfigError(problems)
-        base_t = self._canonical_training(baseline.training.replace(
-            **{k: v[0] for k, v in values.items() if len(v) == 1}))
+        held = {k: v[0] for k, v in values.items() if len(v) == 1}
+        # canonical form, but a pinned value stays what the user pinned (a pinned HybridEP dispatcher on a baseline
+        # with EP 1, where canonical form would write alltoall, is every point's dispatcher)
+        base_t = self._canonical_training(baseline.training.replace(**held))
+        base_t = base_t.replace(**{k: v for k, v in held.items() if k in pins and getattr(base_t, k) != v})
         self.baseline: RunConfig = dataclasses.replace(baseline, training=base_t)
         """The baseline in canonical form (pins applied, 'auto' schedule resolved)."""
         defaults = self._default_values(self.baseline)
@@ -370,8 +373,21 @@ class SearchSpace:
         f_axes = [a for a in self.axes if a not in STRUCTURE_AXES]
         s_ok = [s for s in itertools.product(*(self.values[a] for a in s_axes))
                 if self._legal_kwargs({**base, **dict(zip(s_axes, s))}, canonical=False)]
-        f_ok = [f for f in itertools.product(*(self.values[a] for a in f_axes))
-                if self._legal_kwargs({**base, **dict(zip(f_axes, f))}, canonical=False)]
+
+        def flags_ok(f: tuple[Any, ...]) -> bool:
+            # a flag combination legal with the baseline's structure, or else with some legal structure: pinned
+            # settings can need a structure the baseline does not have (EP > 1 for an all-to-all overlap, HybridEP's
+            # static budget). Every bundled experiment's space lists the same points either way.
+            fd = dict(zip(f_axes, f))
+            if self._legal_kwargs({**base, **fd}, canonical=False):
+                return True
+            kw = {**base, **fd}  # what no structure makes canonical (the dispatcher's ep rule aside) is not scanned
+            if (kw["moe_sync_free"] and kw["moe_a2a_backend"] != "deepep") or (
+                    kw["fsdp"] and kw["use_distributed_optimizer"]):
+                return False
+            return any(self._legal_kwargs({**kw, **dict(zip(s_axes, s))}, canonical=False) for s in s_ok)
+
+        f_ok = [f for f in itertools.product(*(self.values[a] for a in f_axes)) if flags_ok(f)]
         order = [self.axes.index(a) for a in s_axes + f_axes]
         inverse = sorted(range(len(order)), key=order.__getitem__)
         out = []

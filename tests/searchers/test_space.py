@@ -116,3 +116,27 @@ def test_describe_and_fingerprint(tiny):
     assert set(d["axes"]) == set(sp.axes) and d["fixed"]["seq_len"] == 2048
     again = SearchSpace(RunConfig.from_dict(tiny.baseline.to_dict()), pins=tiny.pins, restrict=tiny.restrict)
     assert again.fingerprint == sp.fingerprint
+
+
+def test_pinned_settings_that_need_another_structure_than_the_baselines_are_searched():
+    # a recipe's software settings held (raytune-primus tune --bridge-recipe): the static HybridEP budget, the fused
+    # grouped MLP and full-iteration CUDA graphs need EP > 1 with the HybridEP dispatcher, which the baseline (EP 1)
+    # does not have; canonical form must not rewrite the pinned dispatcher, and the flag combinations must be kept
+    pins = {"moe_a2a_backend": "hybridep", "moe_expert_rank_capacity_factor": 1.5, "fused_grouped_mlp": True,
+            "cuda_graph_impl": "full_iteration", "moe_a2a_overlap": True, "moe_flex_dispatcher_num_sms": 32}
+    template = RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": "gb200-nvl72", "num_gpus": 8},
+                                    "training": {"seq_len": 4096, "gbs": 512, "precision": "fp8",
+                                                 "fp8_recipe": "mxfp8", **pins}}, check=False)
+    space = SearchSpace(template, pins=pins, restrict={"pp_schedule": ["1f1b", "interleaved"]})
+    assert space.size > 0 and space.baseline.training.moe_a2a_backend == "hybridep"
+    for values in itertools.islice(space.iter_values(), 0, None, max(1, space.size // 50)):
+        run = space.run_of(values)
+        assert run.training.moe_a2a_backend == "hybridep" and run.training.ep > 1 and not check(run)
+    # brute force over the axes (legal and canonical) agrees with the enumeration
+    brute = set()
+    for combo in itertools.product(*(space.values[a] for a in space.axes)):
+        values = dict(zip(space.axes, combo))
+        run = space.run_of(values)
+        if not check(run) and space.point_of(run) == values:
+            brute.add(combo)
+    assert brute == set(space.points)
