@@ -45,7 +45,8 @@ def project_recipe(rec: dict[str, Any]) -> dict[str, Any]:
     except PrimusError as exc:
         return {**row, "status": "refused", "why": str(exc).replace("\n", " ")}
     t = run.training
-    unknown = sorted(e.key for e in run.recipe if e.status == "ignored" and e.why == "not a setting this projection knows")
+    unknown = sorted(e.key for e in run.recipe
+                     if e.status == "ignored" and e.why == "not a setting this projection knows")
     ignored = sorted(e.describe() for e in run.recipe if e.status == "ignored"
                      and e.why != "not a setting this projection knows" and not e.key.startswith("env."))
     return {**row, "status": "projected",

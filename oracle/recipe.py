@@ -47,7 +47,7 @@ class RecipeEntry:
     """What it set, or why it is ignored."""
 
     def describe(self) -> str:
-        v = _show(self.value)
+        v = show_value(self.value)
         return f"{self.key}={v}" + (f" ({self.why})" if self.why else "")
 
 
@@ -73,7 +73,8 @@ class RecipeReading:
 
 
 # ------------------------------------------------------------------------------------------------ values
-def _show(v: Any) -> str:
+def show_value(v: Any) -> str:
+    """A setting's value as a recipe cell or --set writes it: bools lower-case, lists as [a,b]."""
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, (list, tuple)):
@@ -304,17 +305,17 @@ def _cp_comm_type(v: Any, given: str, out: dict[str, Any], every: dict[str, Any]
     # Megatron-Core cp_comm_type: one type, or one per layer (Megatron-LM --cp-comm-type takes a list)
     raw = [str(x) for x in v] if isinstance(v, (list, tuple)) else [] if v is None else [str(v)]
     if any("+" in x for x in raw):
-        raise InvalidConfigError(f"recipe {given}={_show(v)}: the hierarchical a2a+p2p is not priced; valid types "
+        raise InvalidConfigError(f"recipe {given}={show_value(v)}: the hierarchical a2a+p2p is not priced; valid types "
                                  f"are {', '.join(CP_COMM_TYPES)}")
     kinds = {x.strip().lower().replace("allgather", "all_gather") for x in _list(raw)}
     if not kinds:
         raise _Ignore("unset: Megatron-Core's default p2p")
     if len(kinds) > 1:
-        raise InvalidConfigError(f"recipe {given}={_show(v)}: one communication type per layer is not priced; give "
-                                 f"one of p2p, a2a, all_gather for every layer")
+        raise InvalidConfigError(f"recipe {given}={show_value(v)}: one communication type per layer is not priced; "
+                                 f"give one of p2p, a2a, all_gather for every layer")
     kind = kinds.pop()
     if kind not in CP_COMM_TYPES:
-        raise InvalidConfigError(f"recipe {given}={_show(v)}: valid types are {', '.join(CP_COMM_TYPES)}")
+        raise InvalidConfigError(f"recipe {given}={show_value(v)}: valid types are {', '.join(CP_COMM_TYPES)}")
     out["cp_comm_type"] = kind
     return "training.cp_comm_type"
 
@@ -754,7 +755,8 @@ SETTINGS: dict[str, Handler] = {
                                         "step, as the FP8 weight copies are priced)"),
     "average_in_collective": _ignore("scales gradients inside the reduction instead of before it: the same traffic"),
     "grad_reduce_in_fp32": _grad_fp32, "gradient_accumulation_fusion": _flag("gradient_accumulation_fusion"),
-    "cpu_offloading": _flag("cpu_offloading"), "cpu_offloading_num_layers": _offload_detail("cpu_offloading_num_layers", _int),
+    "cpu_offloading": _flag("cpu_offloading"),
+    "cpu_offloading_num_layers": _offload_detail("cpu_offloading_num_layers", _int),
     "cpu_offloading_weights": _offload_detail("cpu_offloading_weights", _bool),
     "fine_grained_activation_offloading": _fine_grained_offload, "offload_modules": _offload_modules,
     "fine_grained_offloading_max_inflight_offloads": _ignore(

@@ -159,6 +159,7 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
                                  f"without {', '.join('--' + f.replace('_', '-') for f in given)} (hold other "
                                  f"training keys with --set)")
     from oracle.config import RunConfig, to_dict
+    from oracle.recipe import show_value
     from raytune_primus.bridge_recipes import load_recipe_config
     cfg = load_recipe_config(name)
     run = RunConfig.from_dict(cfg, where=name)
@@ -172,9 +173,11 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     # the recipe's software settings are held (its dispatcher, CUDA graphs, overlaps, fused kernels, FP8 options);
     # what the derived space searches stays free: the layout, micro-batch, recompute, schedule and sharding
     held = {x.split("=", 1)[0].strip().removeprefix("training.") for x in args.set or []}
-    searched = set(RECIPE_SEARCHED) - ({"moe_a2a_backend"} if t.moe_a2a_backend not in ("alltoall", "deepep") else set())
+    searched = set(RECIPE_SEARCHED)
+    if t.moe_a2a_backend not in ("alltoall", "deepep"):  # a dispatcher the space's axis does not list: held
+        searched.discard("moe_a2a_backend")
     plain = to_dict(t)
-    args.set = [*(args.set or []), *(f"{k}={_set_value(plain[k])}" for k in sorted(_non_default(t))
+    args.set = [*(args.set or []), *(f"{k}={show_value(plain[k])}" for k in sorted(_non_default(t))
                                      if k not in searched and k not in held and plain[k] is not None)]
     args._bridge_applied = True
 
@@ -196,13 +199,6 @@ def _non_default(t: Any) -> list[str]:
             and getattr(t, f.name) != f.default]
 
 
-def _set_value(v: Any) -> str:
-    """A training value as --set writes it (bools lower-case, lists in brackets)."""
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(map(str, v)) + "]"
-    return str(v)
 
 
 def derive_from_args(args: argparse.Namespace, allow: list[str] | None = None):

@@ -99,8 +99,8 @@ def test_a_search_is_derived_from_a_recipes_run(capsys):
     out = capsys.readouterr().out
     assert "--model qwen3-30b-a3b --hardware gb200-nvl72 --num-gpus 8 --seq-len 4096 --gbs 512 --precision fp8 " in out
     # the recipe's software settings are held; the layout axes are searched
-    for held in ("--set moe_a2a_backend=hybridep", "--set fused_grouped_mlp=true", "--set cuda_graph_impl=full_iteration",
-                 "--set moe_a2a_overlap=true", "--set fp8_recipe=mxfp8"):
+    for held in ("--set moe_a2a_backend=hybridep", "--set fused_grouped_mlp=true",
+                 "--set cuda_graph_impl=full_iteration", "--set moe_a2a_overlap=true", "--set fp8_recipe=mxfp8"):
         assert held in out
     assert "--set ep=" not in out and "--set mbs=" not in out
     # a --set of the user's outranks the recipe's
