@@ -57,12 +57,45 @@ def project_recipe(rec: dict[str, Any]) -> dict[str, Any]:
             "fits": p.memory.fits, "unknown_settings": unknown, "ignored": ignored}
 
 
+def search_recipe(name: str, budget: int, seed: int = 0) -> dict[str, Any]:
+    """``tune --bridge-recipe NAME --driver inprocess``'s search (the recipe's software held, its layout searched):
+    the winner against the recipe's own projection."""
+    import argparse as _argparse
+
+    from oracle.config import RunConfig
+    from oracle.projector import project
+    from raytune_primus.bridge_recipes import load_recipe_config
+    from raytune_primus.search_args import experiment_from_args
+    from searchers.driver import run_search
+
+    recipe = project(RunConfig.from_dict(load_recipe_config(name), where=name), memory_tree=False)
+    ns = _argparse.Namespace(bridge_recipe=name, experiment=None, model=None, hardware=None, num_gpus=None,
+                             seq_len=None, gbs=None, precision=None, set=[], allow=None, spec_name=None)
+    exp = experiment_from_args(ns)
+    res = run_search(exp, budget=budget, seed=seed)
+    best = res.best_tokens_per_s_per_gpu
+    return {"recipe": name, "space": exp.space.size, "recipe_tokens_per_s_per_gpu": recipe.tokens_per_s_per_gpu,
+            "recipe_fits": recipe.memory.fits, "best_tokens_per_s_per_gpu": best, "best": res.best_training,
+            "ratio": best / recipe.tokens_per_s_per_gpu if best else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", action="append", help="only these perf_recipes/<family> folders (repeatable)")
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--out", help="also write every row as JSON here")
+    ap.add_argument("--search", nargs="+", metavar="RECIPE", help="instead: search around these recipes "
+                    "(tune --bridge-recipe, in process) and print each winner against the recipe's projection")
+    ap.add_argument("--budget", type=int, default=30, help="--search: trials per recipe (default 30)")
     args = ap.parse_args(argv)
+    if args.search:
+        print(f"{'recipe':58s} {'legal points':>12s} {'recipe tok/s':>12s} {'found tok/s':>12s} {'found/recipe':>12s}")
+        for name in args.search:
+            r = search_recipe(name, args.budget)
+            print(f"{name[:58]:58s} {r['space']:12,d} {r['recipe_tokens_per_s_per_gpu']:12,.0f} "
+                  f"{(r['best_tokens_per_s_per_gpu'] or 0):12,.0f} {(r['ratio'] or 0):12.3f}"
+                  + ("" if r["recipe_fits"] else "   (the recipe itself projects over its memory cap)"))
+        return 0
     recs = [r for r in read_recipes() if not args.family or r["family"] in args.family]
     rows = [project_recipe(r) for r in recs]
     if args.out:

@@ -160,6 +160,11 @@ def check(run: RunConfig) -> list[str]:
         elif t.moe_a2a_backend != "deepep":
             p.append(f"moe_sync_free=true needs moe_a2a_backend=deepep (the sync-free MoE path runs on "
                      f"DeepEP), got moe_a2a_backend={t.moe_a2a_backend}")
+        if hw.vendor.lower() != "amd":  # Primus-Turbo is AMD's kernel library (ROCm, Instinct GPUs)
+            p.append(f"moe_sync_free=true is Primus-Turbo's sync-free MoE, which runs on AMD Instinct GPUs; "
+                     f"{hw.name} is {hw.vendor}: there the MoE block runs without a host sync with HybridEP's static "
+                     f"budget and the fused grouped MLP (moe_a2a_backend=hybridep, moe_expert_rank_capacity_factor, "
+                     f"fused_grouped_mlp=true)")
     if t.moe_a2a_overlap:
         p += _a2a_overlap_problems(run)
     p += _cuda_graph_problems(run)

@@ -240,7 +240,7 @@ class SearchSpace:
         if m.is_moe:
             d["ep"] = _divisors(m.num_experts, n)
             d["moe_a2a_backend"] = ["alltoall", "deepep"]
-            d["moe_sync_free"] = [False, True]
+            d["moe_sync_free"] = [False, True] if hw.vendor.lower() == "amd" else [False]  # Primus-Turbo: AMD
         return d
 
     @staticmethod

@@ -23,9 +23,9 @@ from tests.conftest import ROOT
 CONFIG = ROOT / "tests" / "fixtures" / "configs" / "llama70b-h100.yaml"
 
 
-def tiny(**training):
+def tiny(hardware: str = "h100-sxm", **training):
     base = {"seq_len": 2048, "gbs": 64, "mbs": 1, "tp": 1, "pp": 2, "vpp": 1, "ep": 2}
-    return RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": "h100-sxm", "num_gpus": 8},
+    return RunConfig.from_dict({"model": "tiny-moe", "cluster": {"hardware": hardware, "num_gpus": 8},
                                 "training": {**base, **training}})
 
 
@@ -173,7 +173,9 @@ def test_uneven_pipeline_layouts_are_exported():
 
 
 def test_unsupported_options_are_listed_not_dropped():
-    run = tiny(pp=2, vpp=2, pp_schedule="zbv", moe_a2a_backend="deepep", moe_sync_free=True, moe_imbalance=1.3)
+    # Primus-Turbo's sync-free MoE runs on AMD Instinct parts
+    run = tiny("mi355x", pp=2, vpp=2, pp_schedule="zbv", moe_a2a_backend="deepep", moe_sync_free=True,
+               moe_imbalance=1.3)
     meg = export_run(run, "megatron")
     assert "# not supported by megatron:" in meg and "pp_schedule=zbv" in comments(meg)
     assert "moe_sync_free=true" in comments(meg) and "moe_imbalance=1.3" in comments(meg)
@@ -232,7 +234,7 @@ def test_cuda_graphs_export_megatrons_impl_and_scope():
 
 
 def test_primus_yaml_round_trip():
-    run = tiny(pp=2, vpp=2, pp_schedule="v_half", recompute="full", recompute_num_layers=2, moe_sync_free=True,
+    run = tiny("mi355x", pp=2, vpp=2, pp_schedule="v_half", recompute="full", recompute_num_layers=2, moe_sync_free=True,
                moe_a2a_backend="deepep", overlap_param_gather=False)
     doc = yaml.safe_load(export_run(run, "primus"))
     o = doc["modules"]["pre_trainer"]["overrides"]

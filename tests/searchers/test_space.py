@@ -85,10 +85,13 @@ def test_canonical_forms_merge_equivalent_configs(tiny):
     run = sp.make({"ep": 1, "moe_a2a_backend": "deepep"})
     assert run.training.moe_a2a_backend == "alltoall"
     assert run.key() == sp.make({"ep": 1}).key()
-    # a sync-free MoE runs on DeepEP: with the all-to-all dispatcher it is off
-    run = sp.make({"ep": 2, "moe_a2a_backend": "alltoall", "moe_sync_free": True})
+    # a sync-free MoE (Primus-Turbo: AMD Instinct) runs on DeepEP: with the all-to-all dispatcher it is off
+    amd = SearchSpace(RunConfig.from_dict({**sp.baseline.to_dict(), "cluster": {"hardware": "mi355x", "num_gpus": 8}}))
+    run = amd.make({"ep": 2, "moe_a2a_backend": "alltoall", "moe_sync_free": True})
     assert run.training.moe_sync_free is False
-    assert sp.make({"ep": 2, "moe_a2a_backend": "deepep", "moe_sync_free": True}).training.moe_sync_free
+    assert amd.make({"ep": 2, "moe_a2a_backend": "deepep", "moe_sync_free": True}).training.moe_sync_free
+    # on an NVIDIA part there is no such path: the axis holds false
+    assert sp.values["moe_sync_free"] == (False,)
     # 'auto' schedule resolves to the concrete one
     assert sp.baseline.training.pp_schedule != "auto"
     assert all(p.get("pp_schedule") != "auto" for p in sp.iter_points())
