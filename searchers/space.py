@@ -19,7 +19,7 @@ recompute             none, selective, full
 precision             the baseline's: numerics are the user's (NUMERICS); ``allow=("precision",)`` opens
                       bf16, fp8, nvfp4 (each only where the hardware has it) and the FP8 recipes
 moe_a2a_backend       alltoall, deepep (MoE only)
-moe_sync_free         false, true (MoE only; true needs deepep)
+moe_sync_free         false, true (MoE on AMD parts only: Primus-Turbo; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
 everything else       the baseline value (gbs, etp, recompute_num_layers, overlap flags, ...)
 pipeline layout keys  derived per (pp, vpp), not searched (LAYOUT_KEYS): uneven where pp does not divide
