@@ -29,6 +29,7 @@ def project_recipe(rec: dict[str, Any]) -> dict[str, Any]:
     from oracle.config import RunConfig
     from oracle.errors import PrimusError
     from oracle.projector import project
+    from oracle.recipe import UNKNOWN_WHY
 
     row: dict[str, Any] = {"recipe": rec["function"], "family": rec["family"], "gpu": rec["gpu"]}
     if rec.get("error"):
@@ -46,9 +47,9 @@ def project_recipe(rec: dict[str, Any]) -> dict[str, Any]:
         return {**row, "status": "refused", "why": str(exc).replace("\n", " ")}
     t = run.training
     unknown = sorted(e.key for e in run.recipe
-                     if e.status == "ignored" and e.why == "not a setting this projection knows")
+                     if e.status == "ignored" and e.why == UNKNOWN_WHY)
     ignored = sorted(e.describe() for e in run.recipe if e.status == "ignored"
-                     and e.why != "not a setting this projection knows" and not e.key.startswith("env."))
+                     and e.why != UNKNOWN_WHY and not e.key.startswith("env."))
     return {**row, "status": "projected",
             "layout": f"tp{t.tp} pp{t.pp} vpp{t.vpp} cp{t.cp} ep{t.ep} etp{t.etp} mbs{t.mbs} gbs{t.gbs} s{t.seq_len}",
             "precision": t.precision + (f"/{t.fp8_recipe}" if t.precision == "fp8" else ""),

@@ -584,8 +584,8 @@ class RunConfig:
                                    "num_gpus": self.cluster.num_gpus}
         if self.cluster.memory_margin != DEFAULT_MEMORY_MARGIN:
             cluster["memory_margin"] = self.cluster.memory_margin
-        blob = json.dumps({"model": model_digest(self.model), "cluster": cluster, "training": _non_default(self.training)},
-                          sort_keys=True, default=str)
+        blob = json.dumps({"model": model_digest(self.model), "cluster": cluster,
+                           "training": non_default_training(self.training)}, sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     def with_training(self, **changes: Any) -> "RunConfig":
@@ -600,7 +600,7 @@ def training_defaults() -> dict[str, Any]:
     return dict(_TRAINING_DEFAULTS)
 
 
-def _non_default(training: TrainingConfig) -> dict[str, Any]:
+def non_default_training(training: TrainingConfig) -> dict[str, Any]:
     """The training keys that differ from their defaults (seq_len and gbs always): what names a configuration,
     so that a key added to TrainingConfig with a default leaves every existing configuration's key alone."""
     return {k: v for k, v in to_dict(training).items() if k in ("seq_len", "gbs") or v != _TRAINING_DEFAULTS[k]}

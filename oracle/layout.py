@@ -163,7 +163,7 @@ class Layout:
             return n
         share = t.recompute_num_layers // t.vpp + (1 if chunk < t.recompute_num_layers % t.vpp else 0)
         m = self.run.model
-        return min(n, share * (m.num_layers // m.pipeline_layers))  # Megatron layers: a hybrid_pairs card's are pairs
+        return min(n, share * m.positions_per_layer)  # Megatron layers: a hybrid_pairs card's are pairs
 
     @property
     def v_shape(self) -> bool:
@@ -203,7 +203,7 @@ def bf16_layers(run: RunConfig) -> tuple[int, int]:
     t = run.training
     if not t.first_last_layers_bf16 or t.precision == "bf16":
         return 0, 0
-    per = run.model.num_layers // run.model.pipeline_layers  # Megatron layers: a hybrid_pairs card's are pairs
+    per = run.model.positions_per_layer  # Megatron layers: a hybrid_pairs card's are pairs
     return t.num_layers_at_start_in_bf16 * per, t.num_layers_at_end_in_bf16 * per
 
 
@@ -218,7 +218,7 @@ def assignment_of(run: RunConfig) -> PipelineAssignment:
                last=t.decoder_last_pipeline_num_layers, layout=t.pipeline_model_parallel_layout,
                account_for_embedding=t.account_for_embedding_in_pipeline_split,
                account_for_loss=t.account_for_loss_in_pipeline_split, model=name, weights=lambda: _weights(m))
-    per = m.num_layers // m.pipeline_layers
+    per = m.positions_per_layer
     return a if per == 1 else pattern_positions(a, per)
 
 

@@ -125,7 +125,7 @@ def check(run: RunConfig) -> list[str]:
         elif t.recompute_num_layers < 0:
             p.append(f"recompute_num_layers={t.recompute_num_layers} must be >= 0")
         elif lay is not None and t.recompute_num_layers > (most := max(sum(map(len, c)) for c in lay.stage_layers)
-                                                           // (m.num_layers // m.pipeline_layers)):
+                                                           // m.positions_per_layer):
             p.append(f"recompute_num_layers={t.recompute_num_layers} exceeds the {most} layers "
                      f"of the largest pipeline stage")
     if t.recompute_modules is not None:
@@ -403,6 +403,14 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
     return p
 
 
+def _host_link_problems(run: RunConfig, what: str) -> list[str]:
+    """An offload (``what``) moves tensors over the GPU-host link: the profile must give its bandwidth."""
+    if run.cluster.hardware.host_link_bytes_per_s:
+        return []
+    return [f"{what} needs the GPU-host bandwidth: hardware {run.cluster.hardware.name!r} gives no "
+            f"memory.host_link_gb_per_s"]
+
+
 def _memory_feature_problems(run: RunConfig) -> list[str]:
     """CPU offloading and Megatron-FSDP (Megatron-Core TransformerConfig / DDP config checks)."""
     t, m = run.training, run.model
@@ -413,9 +421,7 @@ def _memory_feature_problems(run: RunConfig) -> list[str]:
         if t.recompute != "none":
             p.append(f"cpu_offloading=true with recompute={t.recompute}: Megatron-Core's CPU offloading does not work "
                      f"with activation recomputation")
-        if not run.cluster.hardware.host_link_bytes_per_s:
-            p.append(f"cpu_offloading=true needs the GPU-host bandwidth: hardware {run.cluster.hardware.name!r} gives no "
-                     f"memory.host_link_gb_per_s")
+        p += _host_link_problems(run, "cpu_offloading=true")
         if not 0 <= t.cpu_offloading_num_layers < m.num_layers:
             p.append(f"cpu_offloading_num_layers={t.cpu_offloading_num_layers} must be in 0..{m.num_layers - 1} (layers "
                      f"of {m.name})")
@@ -436,9 +442,7 @@ def _memory_feature_problems(run: RunConfig) -> list[str]:
         if inside and "moe" in t.recomputed_modules:
             p.append(f"offload_modules {', '.join(inside)} with recompute_modules 'moe': the MoE checkpoint already "
                      f"drops what they save (Megatron-Core refuses both)")
-        if not run.cluster.hardware.host_link_bytes_per_s:
-            p.append(f"offload_modules needs the GPU-host bandwidth: hardware {run.cluster.hardware.name!r} gives no "
-                     f"memory.host_link_gb_per_s")
+        p += _host_link_problems(run, "offload_modules")
     if t.use_megatron_fsdp and not t.fsdp:
         p.append("use_megatron_fsdp=true is an FSDP implementation: it needs fsdp=true")
     if t.fsdp_double_buffer and not t.use_megatron_fsdp:

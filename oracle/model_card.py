@@ -201,7 +201,13 @@ class ModelCard:
         """The layers Megatron's pipeline layout keys count (decoder_first/last_pipeline_num_layers, the layout
         string's ``t``, even splits): num_layers, or the transformer layers of a ``hybrid_pairs`` card (two pattern
         positions each)."""
-        return self.num_layers // 2 if self.hybrid_pairs else self.num_layers
+        return self.num_layers // self.positions_per_layer
+
+    @property
+    def positions_per_layer(self) -> int:
+        """The card's layers (pattern positions) one of Megatron's pipeline layers spans: 2 for a ``hybrid_pairs``
+        card (a (mixer, MLP) pair), else 1."""
+        return 2 if self.hybrid_pairs else 1
 
     @property
     def gated(self) -> bool:

@@ -31,6 +31,8 @@ from oracle.opgraph import ATTENTION_BACKENDS
 from oracle.schema import coerce
 
 PRICED, IGNORED = "priced", "ignored"
+UNKNOWN_WHY = "not a setting this projection knows"
+"""Why an ignored entry was ignored where its key is none this projection knows (a typo, a newer field)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -983,7 +985,7 @@ def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str, *, lenie
         if handler is None and negated in SETTINGS and val is True:  # Megatron-LM's --no-X store_false flags
             handler, val = SETTINGS[negated], False
         if handler is None:
-            entries.append(RecipeEntry(key, val, IGNORED, "not a setting this projection knows"))
+            entries.append(RecipeEntry(key, val, IGNORED, UNKNOWN_WHY))
             continue
         before = dict(out) if lenient else out
         try:
@@ -1003,7 +1005,7 @@ def read_recipe(items: list[tuple[str, Any]] | Mapping[str, Any] | str, *, lenie
 
 def unknown_settings(reading: RecipeReading) -> list[str]:
     """Keys of a reading that no setting of this table knows (the user's typos, or newer framework fields)."""
-    return [e.key for e in reading.ignored if e.why == "not a setting this projection knows"]
+    return [e.key for e in reading.ignored if e.why == UNKNOWN_WHY]
 
 
 # ------------------------------------------------------------------------------------------------ writing

@@ -158,7 +158,7 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
         raise InvalidConfigError(f"--bridge-recipe states the model, cluster, batch and number format: give it "
                                  f"without {', '.join('--' + f.replace('_', '-') for f in given)} (hold other "
                                  f"training keys with --set)")
-    from oracle.config import RunConfig, to_dict
+    from oracle.config import RunConfig, non_default_training
     from oracle.recipe import show_value
     from raytune_primus.bridge_recipes import load_recipe_config
     cfg = load_recipe_config(name)
@@ -176,9 +176,8 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     searched = set(RECIPE_SEARCHED)
     if t.moe_a2a_backend not in ("alltoall", "deepep"):  # a dispatcher the space's axis does not list: held
         searched.discard("moe_a2a_backend")
-    plain = to_dict(t)
-    args.set = [*(args.set or []), *(f"{k}={show_value(plain[k])}" for k in sorted(_non_default(t))
-                                     if k not in searched and k not in held and plain[k] is not None)]
+    args.set = [*(args.set or []), *(f"{k}={show_value(v)}" for k, v in sorted(non_default_training(t).items())
+                                     if k not in searched and k not in held and v is not None)]
     args._bridge_applied = True
 
 
@@ -190,15 +189,6 @@ RECIPE_SEARCHED = ("tp", "cp", "pp", "vpp", "pp_schedule", "ep", "etp", "mbs", "
 """Training keys of a recipe a search derived from it (--bridge-recipe) leaves free: the derived space's axes (the
 dispatcher only where the recipe's is one of the space's), what a layout derives, and the batch and number format
 the derivation holds itself. Every other key the recipe sets is held at its value."""
-
-
-def _non_default(t: Any) -> list[str]:
-    """The training keys of ``t`` that differ from TrainingConfig's defaults."""
-    import dataclasses
-    return [f.name for f in dataclasses.fields(t) if f.default is not dataclasses.MISSING
-            and getattr(t, f.name) != f.default]
-
-
 
 
 def derive_from_args(args: argparse.Namespace, allow: list[str] | None = None):
