@@ -146,10 +146,11 @@ class TrainingConfig:
     """The routed experts' MLP (FC1, activation x routing probability, quantise, FC2) as one fused grouped
     kernel over every local expert with device-side token counts (Transformer Engine's op fuser with the
     CuTe DSL grouped MLP: Megatron-Bridge ``cutedsl_fused_grouped_mlp`` / ``use_transformer_engine_op_fuser``).
-    Removes the activation's and casts' HBM round trips and the per-expert launch loop. On a squared-ReLU
-    (non-GLU) expert MLP, Megatron-Core takes the op-fuser path too (ScaledSReLU, ``_is_fused_impl_supported``),
-    but the CuTe DSL kernel is GLU-only: its GEMMs, activation and casts are priced as the unfused ones, and only
-    the device-side token counts (no host sync with a static HybridEP budget) carry over."""
+    Removes the activation's and casts' HBM round trips and the per-expert launch loop. Transformer Engine fuses only a
+    GLU expert MLP, on Blackwell (compute capability 10.x) and on MXFP8 or NVFP4 inputs (TE 2.20
+    ``ops/fused/grouped_mlp.py``); elsewhere (a squared-ReLU expert MLP, which Megatron-Core also sends through the op
+    fuser; BF16, per-tensor FP8 or Hopper) the op fuser runs the unfused GEMMs, activation and casts, priced as such,
+    and only the device-side token counts (no host sync with a static HybridEP budget) carry over."""
     fp8_dot_product_attention: bool = False
     """The attention core (QK^T and PV) runs in FP8 (Transformer Engine FP8 fused attention, Megatron-Core
     ``fp8_dot_product_attention``): the tensor-core work at the FP8 rate; the softmax exponentials stay

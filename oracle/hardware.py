@@ -169,11 +169,17 @@ class HardwareProfile:
     """Hash of the identifying scalars, computed once: the lru_cache'd kernels hash the profile per op."""
 
     @property
+    def sm100_class(self) -> bool:
+        """An NVIDIA data-centre Blackwell part, compute capability 10.x (sm_100 / sm_103: B200, GB200, B300, GB300):
+        what Transformer Engine's Blackwell-only kernels check for (``get_device_compute_capability()[0] == 10``)."""
+        return self.vendor.lower() == "nvidia" and self.arch in FP8_ANY_LAYOUT_ARCHS
+
+    @property
     def fp8_any_layout(self) -> bool:
         """FP8 GEMMs take their operands in any layout, so a per-tensor-scaled FP8 tensor needs no transposed copy
         for the backward (Transformer Engine ``is_non_tn_fp8_gemm_supported``: compute capability 10.x and 13+,
         Blackwell; Hopper and Ada take FP8 only as TN and keep a transpose)."""
-        return self.vendor.lower() == "nvidia" and self.arch in FP8_ANY_LAYOUT_ARCHS
+        return self.sm100_class
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.name, self.num_compute_units, self.hbm_bandwidth_bytes_per_s,

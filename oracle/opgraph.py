@@ -284,8 +284,8 @@ class Shapes(HashedOnce):
     router_fusion: bool = False
     """The router's score function, top-k and aux-loss statistics run fused (TrainingConfig.moe_router_fusion)."""
     fused_mlp: bool = False
-    """The routed experts' MLP is one fused grouped kernel (TrainingConfig.fused_grouped_mlp on a GLU expert MLP:
-    the CuTe DSL grouped MLP is GLU-only)."""
+    """The routed experts' MLP is one fused grouped kernel (TrainingConfig.fused_grouped_mlp where Transformer Engine
+    runs its CuTe DSL grouped MLP: :func:`cutedsl_grouped_mlp`)."""
     attention_dtype: str = "bf16"
     """Precision of the attention core's matmuls: bf16, or fp8 (TrainingConfig.fp8_dot_product_attention)."""
     unfused_attention: bool = False
@@ -331,7 +331,7 @@ class Shapes(HashedOnce):
                   t.fp8_recipe, t.moe_load, t.moe_expert_capacity_factor, t.moe_buffer_load, t.moe_paged_stash,
                   saved_input_bytes(t), FP8 if t.fp8_activations else BF16, t.framework, t.torch_compile,
                   2 * (FP32 if t.grad_reduce_in_fp32 else BF16) if fused_acc else BF16, t.moe_router_fusion,
-                  t.fused_grouped_mlp and run.model.gated, "fp8" if t.fp8_dot_product_attention else "bf16",
+                  cutedsl_grouped_mlp(run), "fp8" if t.fp8_dot_product_attention else "bf16",
                   "mxfp8" if t.fp8_output_proj else "bf16", t.moe_a2a_backend, t.attention_backend == "unfused")
         key = (cls, values, tuple(saved_tensor_assumptions.items()))
         hit = _SHAPES.get(key)
@@ -340,6 +340,18 @@ class Shapes(HashedOnce):
                 _SHAPES.clear()
             hit = _SHAPES[key] = cls(**dict(zip(_OF_FIELDS, values)), **saved_tensor_assumptions)
         return hit
+
+
+def cutedsl_grouped_mlp(run) -> bool:
+    """Transformer Engine's CuTe DSL grouped MLP runs the routed experts (TrainingConfig.fused_grouped_mlp): the op
+    fuser fuses FC1, the activation and FC2 only for a GLU expert MLP (Megatron-Core ``_is_fused_impl_supported``'s
+    SwiGLU / quick-GEGLU; its squared-ReLU path keeps the unfused kernels), on compute capability 10.x
+    (``is_supported``) and on MXFP8 or NVFP4 inputs (``fuse_grouped_mlp_ops``; TE 2.20 ops/fused/grouped_mlp.py).
+    Elsewhere the op fuser runs the same grouped GEMMs and activation as the unfused path, reading its token counts on
+    the device."""
+    t = run.training
+    return (t.fused_grouped_mlp and run.model.gated and run.cluster.hardware.sm100_class
+            and (t.precision == "nvfp4" or (t.precision == "fp8" and t.fp8_recipe == "mxfp8")))
 
 
 _OF_FIELDS = ("T", "T_sp", "tp", "cp", "ep", "etp", "mbs", "seq_len", "dtype", "fp8_recipe", "moe_load",

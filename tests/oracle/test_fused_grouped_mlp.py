@@ -1,0 +1,44 @@
+"""The fused grouped MLP (TrainingConfig.fused_grouped_mlp) is Transformer Engine's CuTe DSL kernel only where TE runs it:
+a GLU expert MLP on compute capability 10.x with MXFP8 or NVFP4 inputs (TE 2.20 ops/fused/grouped_mlp.py). Elsewhere
+the op fuser runs the unfused kernels and keeps only the device-side token counts."""
+from __future__ import annotations
+
+import pytest
+
+from oracle.config import RunConfig
+from oracle.opgraph import Shapes, cutedsl_grouped_mlp
+from oracle.projector import project
+
+STATIC = dict(moe_a2a_backend="hybridep", moe_expert_rank_capacity_factor=1.5)
+
+
+def _run(hardware: str, precision: str, fp8_recipe: str = "delayed", **training) -> RunConfig:
+    t = dict(seq_len=4096, gbs=512, mbs=2, ep=8, precision=precision, fp8_recipe=fp8_recipe, **STATIC)
+    t.update(training)
+    return RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": hardware, "num_gpus": 8},
+                                "training": t})
+
+
+@pytest.mark.parametrize("hardware,precision,fp8_recipe", [
+    ("b200", "fp8", "mxfp8"), ("gb300-nvl72", "fp8", "mxfp8"), ("b300", "nvfp4", "delayed")])
+def test_the_cutedsl_kernel_runs_on_blackwell_with_block_scaled_inputs(hardware, precision, fp8_recipe):
+    fused, plain = (_run(hardware, precision, fp8_recipe, fused_grouped_mlp=f) for f in (True, False))
+    assert cutedsl_grouped_mlp(fused) and Shapes.of(fused).fused_mlp
+    assert project(fused).breakdown.compute_s < project(plain).breakdown.compute_s
+
+
+@pytest.mark.parametrize("hardware,precision,fp8_recipe", [
+    ("b200", "bf16", "delayed"),          # TE fuses only MXFP8 / NVFP4 inputs
+    ("gb200-nvl72", "fp8", "tensorwise"),  # per-tensor FP8: not block-scaled
+    ("h100-sxm", "fp8", "tensorwise"),     # compute capability 9.0: no CuTe DSL grouped MLP
+    ("h100-sxm", "bf16", "delayed"),
+    ("mi355x", "fp8", "mxfp8"),            # MXFP8 GEMMs, but not an NVIDIA sm_100 part
+])
+def test_elsewhere_the_op_fuser_prices_the_unfused_kernels_but_keeps_device_counts(hardware, precision, fp8_recipe):
+    fused, plain = (_run(hardware, precision, fp8_recipe, fused_grouped_mlp=f) for f in (True, False))
+    assert not cutedsl_grouped_mlp(fused) and not Shapes.of(fused).fused_mlp
+    f, p = project(fused), project(plain)
+    assert f.breakdown.compute_s == pytest.approx(p.breakdown.compute_s)
+    # the op fuser's experts read their token counts on the device: with HybridEP's static budget no host sync
+    assert fused.training.moe_static_dispatch and not plain.training.moe_static_dispatch
+    assert f.breakdown.host_sync_s < p.breakdown.host_sync_s
