@@ -112,7 +112,7 @@ class TrainingConfig:
     """MoE token dispatcher: alltoall (Megatron-Core's all-to-all dispatcher over NCCL/RCCL: every top-k copy
     crosses the links), deepep (the flex dispatcher with DeepEP: one copy per destination node over RDMA, one
     per destination GPU over NVLink inside an 8-GPU node) or hybridep (the flex dispatcher with HybridEP: the
-    same deduplication with the whole NVLink domain, e.g. an NVL72 rack, as the inner level;
+    same deduplication with the whole NVLink domain, e.g. an NVL72 rack, as the inner level; NVIDIA parts only:
     docs/comm.md "Flex dispatcher")."""
     moe_flex_dispatcher_num_sms: int | None = None
     """SMs the flex dispatcher's dispatch/combine kernels occupy while they run (Megatron-Core

@@ -154,6 +154,9 @@ def check(run: RunConfig) -> list[str]:
                      f"{str(t.use_distributed_optimizer).lower()}, fsdp={str(t.fsdp).lower()}")
     if t.moe_a2a_backend != "alltoall" and not m.is_moe:
         p.append(f"moe_a2a_backend={t.moe_a2a_backend} needs a MoE model; {m.name} is dense")
+    if t.moe_a2a_backend == "hybridep" and hw.vendor.lower() != "nvidia":  # DeepEP's hybrid-ep kernels: CUDA, NVLink
+        p.append(f"moe_a2a_backend=hybridep is NVIDIA's HybridEP (DeepEP's hybrid-ep kernels over NVLink and the "
+                 f"NVLink domain); {hw.name} is {hw.vendor}: use deepep or alltoall")
     if t.moe_sync_free:
         if not m.is_moe:
             p.append(f"moe_sync_free=true needs a MoE model; {m.name} is dense")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from oracle.config import RunConfig
+from oracle.errors import InvalidConfigError
 from oracle.opgraph import Shapes, cutedsl_grouped_mlp
 from oracle.projector import project
 
@@ -32,7 +33,6 @@ def test_the_cutedsl_kernel_runs_on_blackwell_with_block_scaled_inputs(hardware,
     ("gb200-nvl72", "fp8", "tensorwise"),  # per-tensor FP8: not block-scaled
     ("h100-sxm", "fp8", "tensorwise"),     # compute capability 9.0: no CuTe DSL grouped MLP
     ("h100-sxm", "bf16", "delayed"),
-    ("mi355x", "fp8", "mxfp8"),            # MXFP8 GEMMs, but not an NVIDIA sm_100 part
 ])
 def test_elsewhere_the_op_fuser_prices_the_unfused_kernels_but_keeps_device_counts(hardware, precision, fp8_recipe):
     fused, plain = (_run(hardware, precision, fp8_recipe, fused_grouped_mlp=f) for f in (True, False))
@@ -42,3 +42,15 @@ def test_elsewhere_the_op_fuser_prices_the_unfused_kernels_but_keeps_device_coun
     # the op fuser's experts read their token counts on the device: with HybridEP's static budget no host sync
     assert fused.training.moe_static_dispatch and not plain.training.moe_static_dispatch
     assert f.breakdown.host_sync_s < p.breakdown.host_sync_s
+
+
+def test_an_mxfp8_part_that_is_not_nvidia_sm100_runs_no_cutedsl_kernel():
+    kw = dict(moe_a2a_backend="deepep", moe_expert_rank_capacity_factor=None)
+    fused, plain = (_run("mi355x", "fp8", "mxfp8", fused_grouped_mlp=f, **kw) for f in (True, False))
+    assert not cutedsl_grouped_mlp(fused)
+    assert project(fused).breakdown.compute_s == pytest.approx(project(plain).breakdown.compute_s)
+
+
+def test_hybridep_is_nvidia_only():
+    with pytest.raises(InvalidConfigError, match="moe_a2a_backend=hybridep is NVIDIA's HybridEP"):
+        _run("mi355x", "fp8", "mxfp8")
