@@ -530,6 +530,9 @@ def _a2a_overlap_problems(run: RunConfig) -> list[str]:
     if t.pp > 1 and t.schedule != "interleaved":
         p.append(f"moe_a2a_overlap=true with pp={t.pp} needs the interleaved schedule (vpp > 1; Megatron merges "
                  f"forward and backward only there or at pp=1), got pp_schedule={t.schedule}")
+    if t.moe_shared_expert_overlap:  # Megatron-Core TransformerConfig.__post_init__
+        p.append("moe_a2a_overlap=true with moe_shared_expert_overlap=true: Megatron-Core refuses the pair ('disable "
+                 "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm'); set one of them false")
     return p
 
 
@@ -558,4 +561,7 @@ def _recompute_module_problems(run: RunConfig) -> list[str]:
                      f"{', '.join(valid)}")
         elif not needs.get(name, (True, ""))[0]:
             p.append(f"recompute_modules: {name!r} needs {needs[name][1]}; valid for {m.name}: {', '.join(valid)}")
+    if "shared_experts" in mods and t.moe_shared_expert_overlap and m.num_shared_experts:  # Megatron-Core
+        p.append("recompute_modules 'shared_experts' with moe_shared_expert_overlap=true: Megatron-Core refuses the "
+                 "pair ('shared_experts recompute cannot work with --moe-shared-expert-overlap')")
     return p

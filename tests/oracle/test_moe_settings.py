@@ -1,6 +1,7 @@
-"""The fused grouped MLP (TrainingConfig.fused_grouped_mlp) is Transformer Engine's CuTe DSL kernel only where TE runs it:
-a GLU expert MLP on compute capability 10.x with MXFP8 or NVFP4 inputs (TE 2.20 ops/fused/grouped_mlp.py). Elsewhere
-the op fuser runs the unfused kernels and keeps only the device-side token counts."""
+"""MoE software settings as the frameworks run them: the fused grouped MLP is Transformer Engine's CuTe DSL kernel only
+where TE runs it (a GLU expert MLP on compute capability 10.x with MXFP8 or NVFP4 inputs, TE 2.20
+ops/fused/grouped_mlp.py; elsewhere the op fuser runs the unfused kernels and keeps only the device-side token counts);
+HybridEP is NVIDIA's; the shared-expert overlap pairs Megatron-Core refuses."""
 from __future__ import annotations
 
 import pytest
@@ -54,3 +55,15 @@ def test_an_mxfp8_part_that_is_not_nvidia_sm100_runs_no_cutedsl_kernel():
 def test_hybridep_is_nvidia_only():
     with pytest.raises(InvalidConfigError, match="moe_a2a_backend=hybridep is NVIDIA's HybridEP"):
         _run("mi355x", "fp8", "mxfp8")
+
+
+def test_shared_expert_overlap_pairs_megatron_core_refuses():
+    def run(**t):
+        return RunConfig.from_dict({"model": "deepseek-v2-lite", "cluster": {"hardware": "h100-sxm", "num_gpus": 16},
+                                    "training": {"seq_len": 4096, "gbs": 256, "ep": 8, **t}})
+    run(moe_shared_expert_overlap=True)
+    run(moe_a2a_overlap=True)
+    with pytest.raises(InvalidConfigError, match="disable moe_shared_expert_overlap"):
+        run(moe_shared_expert_overlap=True, moe_a2a_overlap=True)
+    with pytest.raises(InvalidConfigError, match="shared_experts recompute cannot work"):
+        run(moe_shared_expert_overlap=True, recompute="selective", recompute_modules=["shared_experts"])
