@@ -10,6 +10,8 @@ from oracle.opgraph import RECOMPUTE_MODULES
 from oracle.pipeline.schedules import SCHEDULES, get_schedule
 
 if TYPE_CHECKING:  # annotations only: oracle.config calls check() (no import cycle)
+    from collections.abc import Callable
+
     from oracle.config import RunConfig
 
 
@@ -144,14 +146,7 @@ def check(run: RunConfig) -> list[str]:
                  f"(Blackwell, CDNA4); hardware {hw.name!r} has none: use fp8_recipe=delayed, tensorwise or blockwise")
     if t.fp8_activations and t.precision != "fp8":
         p.append("fp8_activations=true needs precision=fp8")
-    if t.fp8_param_gather:
-        if t.precision not in ("fp8", "nvfp4"):
-            p.append(f"fp8_param_gather=true needs precision=fp8 (FP8 weights) or nvfp4 (FP4 weights), got "
-                     f"precision={t.precision}")
-        if (t.fsdp and not t.use_megatron_fsdp) or not (t.use_distributed_optimizer or t.fsdp):
-            p.append("fp8_param_gather=true needs the distributed optimizer or Megatron-FSDP (use_distributed_optimizer"
-                     f"=true, or fsdp=true with use_megatron_fsdp=true), got use_distributed_optimizer="
-                     f"{str(t.use_distributed_optimizer).lower()}, fsdp={str(t.fsdp).lower()}")
+    p += _param_gather_problems(run)
     if t.moe_a2a_backend != "alltoall" and not m.is_moe:
         p.append(f"moe_a2a_backend={t.moe_a2a_backend} needs a MoE model; {m.name} is dense")
     if t.moe_a2a_backend == "hybridep" and hw.vendor.lower() != "nvidia":  # DeepEP's hybrid-ep kernels: CUDA, NVLink
@@ -258,6 +253,22 @@ def _gdn_problems(run: RunConfig) -> list[str]:
         return [f"precision={t.precision} with {m.name}: the Gated DeltaNet in_proj output width "
                 f"{m.gdn_in_proj_width} must be a multiple of 16 for FP8 (Megatron-Core GatedDeltaNet)"]
     return []
+
+
+def _param_gather_problems(run: RunConfig) -> list[str]:
+    """fp8_param_gather: FP8/FP4 weights, gathered by the distributed optimizer or Megatron-FSDP."""
+    t = run.training
+    if not t.fp8_param_gather:
+        return []
+    p = []
+    if t.precision not in ("fp8", "nvfp4"):
+        p.append(f"fp8_param_gather=true needs precision=fp8 (FP8 weights) or nvfp4 (FP4 weights), got "
+                 f"precision={t.precision}")
+    if (t.fsdp and not t.use_megatron_fsdp) or not (t.use_distributed_optimizer or t.fsdp):
+        p.append("fp8_param_gather=true needs the distributed optimizer or Megatron-FSDP (use_distributed_optimizer"
+                 f"=true, or fsdp=true with use_megatron_fsdp=true), got use_distributed_optimizer="
+                 f"{str(t.use_distributed_optimizer).lower()}, fsdp={str(t.fsdp).lower()}")
+    return p
 
 
 def _cuda_graph_problems(run: RunConfig) -> list[str]:
@@ -565,3 +576,11 @@ def _recompute_module_problems(run: RunConfig) -> list[str]:
         p.append("recompute_modules 'shared_experts' with moe_shared_expert_overlap=true: Megatron-Core refuses the "
                  "pair ('shared_experts recompute cannot work with --moe-shared-expert-overlap')")
     return p
+
+
+RULES: tuple[Callable[[RunConfig], list[str]], ...] = (
+    _param_gather_problems, _cuda_graph_problems, _capacity_problems, _dispatcher_problems,
+    _precision_feature_problems, _memory_feature_problems)
+"""Rule groups :func:`check` applies to every run, each returning its own problems: a search space asks them on their
+own, with the fields each reads tracked, to drop a setting combination that no parallel layout can make legal
+(``searchers.space``)."""

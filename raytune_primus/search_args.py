@@ -95,12 +95,14 @@ def add_derive_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bridge-recipe", metavar="NAME", help="search around a Megatron-Bridge performance recipe (e.g. "
                    "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config): its model, GPUs, hardware, sequence, global "
                    "batch and number format instead of those flags, its software settings (dispatcher, CUDA graphs, "
-                   "overlaps, fused kernels) held with --set, the layout, micro-batch, recompute, schedule and "
-                   "sharding searched. Needs scripts/install-frameworks.sh")
-    p.add_argument_group("numerics (an experiment file's or a derived one's)").add_argument(
-        "--allow", metavar="GROUPS", help="numerics the search may change (held otherwise): precision (format and FP8 "
-                                          "recipe), fp8_activations, token_drop (capacity factor, padding); "
-                                          "comma-separated")
+                   "overlaps, fused kernels) held with --set (searched with --allow software), the layout, "
+                   "micro-batch, recompute, schedule and sharding searched. Needs scripts/install-frameworks.sh")
+    p.add_argument_group("numerics and software settings (an experiment file's or a derived one's)").add_argument(
+        "--allow", metavar="GROUPS", help="what else the search may change (held otherwise): numerics: precision "
+                                          "(format and FP8 recipe), fp8_activations, token_drop (capacity factor, "
+                                          "padding), optimizer, mtp; software: the MoE dispatcher and its overlaps, "
+                                          "fused router and grouped MLP, CUDA graphs, FP8 weight gathers (what the "
+                                          "part and framework run); comma-separated, e.g. --allow precision,software")
 
 
 def experiment_from_args(args: argparse.Namespace, *, results: Callable[[str], Any] | None = None,
@@ -161,6 +163,8 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     from oracle.config import RunConfig, non_default_training
     from oracle.recipe import show_value
     from raytune_primus.bridge_recipes import load_recipe_config
+    from searchers.derive import parse_allow
+    from searchers.space import SOFTWARE
     cfg = load_recipe_config(name)
     run = RunConfig.from_dict(cfg, where=name)
     if not isinstance(run.to_dict()["model"], str):  # the recipe edits the card (oracle.recipe: vocab_size)
@@ -173,11 +177,20 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     # the recipe's software settings are held (its dispatcher, CUDA graphs, overlaps, fused kernels, FP8 options);
     # what the derived space searches stays free: the layout, micro-batch, recompute, schedule and sharding
     held = {x.split("=", 1)[0].strip().removeprefix("training.") for x in args.set or []}
+    args._user_sets = list(args.set or [])
     searched = set(RECIPE_SEARCHED)
-    if t.moe_a2a_backend not in ("alltoall", "deepep"):  # a dispatcher the space's axis does not list: held
+    software = "software" in parse_allow(getattr(args, "allow", None))
+    if software:  # --allow software: the recipe's software settings are where the search starts, not held
+        searched |= {*SOFTWARE, "delay_wgrad_compute"}  # the latter then follows moe_a2a_overlap (its default)
+    elif t.moe_a2a_backend not in ("alltoall", "deepep"):  # a dispatcher the space's axis does not list: held
         searched.discard("moe_a2a_backend")
-    args.set = [*(args.set or []), *(f"{k}={show_value(v)}" for k, v in sorted(non_default_training(t).items())
-                                     if k not in searched and k not in held and v is not None)]
+    recipe = {k: v for k, v in sorted(non_default_training(t).items()) if k not in held and v is not None}
+    args.set = [*(args.set or []), *(f"{k}={show_value(v)}" for k, v in recipe.items() if k not in searched)]
+    args._bridge_starts = [f"{k}={show_value(v)}" for k, v in recipe.items() if software and k in SOFTWARE]
+    if software:
+        user = [f"--set {s}" for s in (getattr(args, "_user_sets", None) or [])]
+        args._bridge_command = " ".join(["raytune-primus experiments init --bridge-recipe", name, *user,
+                                         "--allow", ",".join(parse_allow(args.allow))])
     args._bridge_applied = True
 
 
@@ -205,7 +218,9 @@ def derive_from_args(args: argparse.Namespace, allow: list[str] | None = None):
     return derive_spec(model=args.model, hardware=args.hardware, num_gpus=args.num_gpus, seq_len=args.seq_len,
                        gbs=args.gbs, precision=args.precision, sets=list(args.set or []),
                        name=getattr(args, "spec_name", None),
-                       allow=parse_allow(getattr(args, "allow", None)) if allow is None else allow)
+                       allow=parse_allow(getattr(args, "allow", None)) if allow is None else allow,
+                       starts=getattr(args, "_bridge_starts", None) or (),
+                       command=getattr(args, "_bridge_command", None))
 
 
 def add_run_arguments(p: argparse.ArgumentParser, *, driver: bool = True) -> None:

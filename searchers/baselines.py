@@ -139,7 +139,11 @@ class _OptunaSearcher(Searcher):
                     vs = self._ordinal[a]
                     values[a] = vs[trial.suggest_int(a, 0, len(vs) - 1)]
                 else:
-                    values[a] = trial.suggest_categorical(a, list(self.space.values[a]))
+                    vs = list(self.space.values[a])
+                    if all(v is None or isinstance(v, (bool, int, float, str)) for v in vs):
+                        values[a] = trial.suggest_categorical(a, vs)
+                    else:  # e.g. cuda_graph_scope's tuples: Optuna's categorical choices are scalars; by position
+                        values[a] = vs[trial.suggest_categorical(a, list(range(len(vs))))]
             legal = self.space.nearest(values)
             assert legal is not None
         if legal != values:

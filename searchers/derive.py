@@ -29,7 +29,7 @@ from oracle.config import FRAMEWORK_DEFAULTS, RunConfig, TrainingConfig, apply_o
 from oracle.errors import InvalidConfigError
 from oracle.schema import to_dict
 from oracle.units import GIB
-from searchers.space import NUMERICS, SearchSpace
+from searchers.space import ALLOW_GROUPS, SearchSpace
 
 DEFAULT_BUDGET = 30
 """Trials (the paper's budget, App. C)."""
@@ -78,8 +78,12 @@ class Derived:
                 "# Space: every default axis; GBS and sequence length held; pp_schedule the default set, ILP",
                 "# included (search mode)" + (f"; held by --set: {pinned}" if pinned else "") + ".",
                 f"# Numerics are the user's: {numerics}",
-                f"#   opened (space.allow): {', '.join(allow)}." if allow else
+                f"#   opened (space.allow): {', '.join(a for a in allow if a != 'software')}."
+                if set(allow) - {"software"} else
                 "#   held; space.allow: [precision, token_drop, fp8_activations] would let the search change them.",
+                "# Software settings (dispatcher and its overlaps, fused kernels, CUDA graphs, FP8 weight gathers): "
+                + ("searched (space.allow: software)." if "software" in allow else
+                   "held; space.allow: [software] would search them."),
                 ""]
         return "\n".join(head) + yaml.dump(s, Dumper=_spec_dumper(), sort_keys=False, width=110)
 
@@ -112,13 +116,14 @@ def default_schedules() -> list[str]:
 
 
 def parse_allow(text: str | Sequence[str] | None) -> list[str]:
-    """``precision,token_drop`` (or a list) as numerics groups; one-line error naming an unknown one."""
+    """``precision,token_drop`` (or a list) as ``allow`` groups (numerics groups, ``software``); one-line error
+    naming an unknown one."""
     if not text:
         return []
     items = [a.strip() for a in (text.split(",") if isinstance(text, str) else text) if a and a.strip()]
-    bad = [a for a in items if a not in NUMERICS]
+    bad = [a for a in items if a not in ALLOW_GROUPS]
     if bad:
-        raise InvalidConfigError(f"--allow: unknown numerics group {bad[0]!r}; valid: {', '.join(NUMERICS)} "
+        raise InvalidConfigError(f"--allow: unknown group {bad[0]!r}; valid: {', '.join(ALLOW_GROUPS)} "
                                  f"(comma-separated, e.g. --allow precision,token_drop)")
     return list(dict.fromkeys(items))
 
@@ -147,16 +152,18 @@ def _walk(space: SearchSpace) -> Iterator[dict[str, Any]]:
                        "use_distributed_optimizer": (not fsdp) and (True in v["use_distributed_optimizer"])}
 
 
-def starting_point(space: SearchSpace, evaluator: Any = None) -> tuple[RunConfig, float, float, int]:
+def starting_point(space: SearchSpace, evaluator: Any = None, start: dict[str, Any] | None = None
+                   ) -> tuple[RunConfig, float, float, int]:
     """The first point of the planner's walk that is legal and that the memory pre-filter passes:
-    (run, peak bytes, cap bytes, points tried before it). One-line error when none is."""
+    (run, peak bytes, cap bytes, points tried before it). ``start``: searched settings every walk step carries (a
+    recipe's dispatcher, which the space's canonical baseline at EP 1 cannot). One-line error when none is."""
     if evaluator is None:
         from searchers.evaluator import OracleEvaluator
         evaluator = OracleEvaluator()
     tried = 0
     best: tuple[float, RunConfig] | None = None
     for values in _walk(space):  # distinct configurations: every walk step differs in a layout or a saver
-        run, problems = space.validate(values)
+        run, problems = space.validate({**values, **(start or {})})
         if problems or run is None:
             continue
         mem = evaluator.memory(run)
@@ -180,29 +187,34 @@ def starting_point(space: SearchSpace, evaluator: Any = None) -> tuple[RunConfig
 def derive_spec(*, model: str, hardware: str, num_gpus: int, seq_len: int, gbs: int, precision: str | None = None,
                 sets: Sequence[str] = (), allow: Sequence[str] = (), name: str | None = None,
                 searcher: str = DEFAULT_SEARCHER, budget: int = DEFAULT_BUDGET, seed: int = 0,
-                evaluator: Any = None) -> Derived:
+                evaluator: Any = None, starts: Sequence[str] = (), command: str | None = None) -> Derived:
     """Derive the experiment for ``model`` on ``num_gpus`` x ``hardware`` (see the module doc).
 
     ``sets``: ``KEY=VALUE`` training keys (``training.KEY`` or bare; ``cluster.memory_margin`` too) held at that
-    value; ``allow``: numerics groups the search may change. One-line errors for bad input."""
+    value; ``allow``: numerics groups (and ``software``) the search may change; ``starts``: ``KEY=VALUE`` training
+    keys the walk starts from but the space searches (a recipe's software settings under ``--allow software``);
+    ``command``: the command line to record instead of the one these arguments spell. One-line errors for bad input."""
     allow = parse_allow(allow)
     training: dict[str, Any] = {"seq_len": seq_len, "gbs": gbs}
     if precision is not None:
         training["precision"] = precision
-    for s in sets:
+    for s in [*sets, *starts]:
         key = s.split("=", 1)[0].strip()
         if key in ("model", "cluster", "training") or (
                 "." in key and not key.startswith("training.") and key != "cluster.memory_margin"):
             raise InvalidConfigError(f"--set {s!r}: only training keys (KEY=VALUE or training.KEY=VALUE) and "
                                      f"cluster.memory_margin may be set; the model and the cluster have their own flags")
     data = apply_overrides({"model": model, "cluster": {"hardware": hardware, "num_gpus": num_gpus},
-                            "training": training}, list(sets))
-    pins = {k: v for k, v in data["training"].items() if k not in ("seq_len", "gbs", "precision")}
+                            "training": training}, [*starts, *sets])
+    held = {s.split("=", 1)[0].strip().removeprefix("training.") for s in sets}  # pinned; starts are searched
+    pins = {k: v for k, v in data["training"].items() if k not in ("seq_len", "gbs", "precision") and k in held}
     template = RunConfig.from_dict(data, where="derived", check=False)
     pins = {k: getattr(template.training, k) for k in pins}  # coerced ('8' -> 8) and checked by from_dict
     restrict = {"pp_schedule": default_schedules()} if "pp_schedule" not in pins else {}
     space = SearchSpace(template, pins=pins, restrict=restrict, allow=allow)
-    run, peak, cap, tried = starting_point(space, evaluator)
+    started = {s.split("=", 1)[0].strip().removeprefix("training.") for s in starts}
+    run, peak, cap, tried = starting_point(space, evaluator, {k: getattr(template.training, k) for k in started
+                                                              if k in space.axes})
     t = run.training
     framework = FRAMEWORK_DEFAULTS.get(t.framework, {})
     plain = to_dict(t)
@@ -238,5 +250,5 @@ def derive_spec(*, model: str, hardware: str, num_gpus: int, seq_len: int, gbs: 
     if allow:
         words += ["--allow", ",".join(allow)]
     return Derived(spec=spec, baseline_peak_bytes=peak, cap_bytes=cap, tried=tried,
-                   command=" ".join(shlex.quote(w) for w in words), numerics=space.numerics())
+                   command=command or " ".join(shlex.quote(w) for w in words), numerics=space.numerics())
 

@@ -14,7 +14,7 @@
     space:                                # optional
       pin: {gbs: 512}                     # axis -> the one value it may take
       restrict: {cp: [1, 2]}              # axis -> the values it may take
-      allow: [precision]                  # numerics groups opened with their default values
+      allow: [precision]                  # numerics groups (or software) opened with their default values
     searcher:                             # optional; default seed_llm with no options
       name: seed_llm                      # seed_llm | tpe | gp | random | grid
       options: {patience: 5}
@@ -70,7 +70,8 @@ class Experiment:
     restrict: dict[str, list[Any]] = field(default_factory=dict)
     """Axes limited to the listed values."""
     allow: tuple[str, ...] = ()
-    """Numerics groups (``searchers.space.NUMERICS``) opened with their default values."""
+    """Groups opened with their default values: numerics groups (``searchers.space.NUMERICS``) or ``software``
+    (``searchers.space.SOFTWARE``)."""
     searcher: str = "seed_llm"
     """Registered searcher name."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -133,7 +134,8 @@ class Experiment:
             if isinstance(allow, str):
                 allow = [a.strip() for a in allow.split(",") if a.strip()]
             if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
-                problems.append(f"{where}.space.allow must be a list of numerics groups, got {allow!r}")
+                problems.append(f"{where}.space.allow must be a list of groups (numerics groups or software), "
+                                f"got {allow!r}")
                 allow = []
             if not isinstance(pins, dict):
                 problems.append(f"{where}.space.pin must be a mapping axis -> value, got {pins!r}")

@@ -44,7 +44,9 @@ compute). Estimates: each is replaced by the measured effect as soon as a trial 
 
 FLAG_TARGETS: dict[str, str] = {"precision": "compute_s", "fp8_recipe": "compute_s", "moe_a2a_backend": "ep_a2a",
                                  "moe_sync_free": "host_sync_s", "moe_a2a_overlap": "ep_a2a",
-                                 "cuda_graph_impl": "host_sync_s"}
+                                 "cuda_graph_impl": "host_sync_s", "moe_shared_expert_overlap": "ep_a2a",
+                                 "moe_router_fusion": "compute_s", "fused_grouped_mlp": "compute_s",
+                                 "fp8_param_gather": "dp_param_gather"}
 """The breakdown term a setting acts on: a seed move on it is measured early only when that term takes at least
 ``min_share`` of the step (a dispatcher cannot gain much where the all-to-all takes 1 % of it)."""
 

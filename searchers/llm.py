@@ -47,10 +47,12 @@ import logging
 import os
 import re
 import sys
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oracle.config import TrainingConfig
 from oracle.errors import InvalidConfigError, clip
 from oracle.schema import unknown_key_problems
 from oracle.units import GIB
@@ -338,11 +340,17 @@ def parse_list(text: Any) -> list[str]:
     return [_BULLET.sub("", line).strip() for line in s.splitlines() if _BULLET.sub("", line).strip()]
 
 
+LIST_AXES = frozenset(k for k, hint in typing.get_type_hints(TrainingConfig).items() if "tuple[" in str(hint))
+"""Training keys whose one value is a list of names (cuda_graph_scope, recompute_modules, offload_modules): a JSON
+list is their value, not the legal values copied back."""
+
+
 def unwrap_proposal(values: Any) -> tuple[dict[str, Any] | None, str]:
     """One proposal as a flat mapping of axis values, or (None, why it is junk).
 
     ``{"config": {...}}`` (and the other one-key wrappers) are unwrapped; an axis given a list or an
-    object (the legal-axes list copied back) and an empty object are junk: they name no configuration.
+    object (the legal-axes list copied back) and an empty object are junk: they name no configuration, except a list
+    of names for a key whose value is one (:data:`LIST_AXES`, e.g. ``cuda_graph_scope: [attn, moe_router]``).
     """
     for _ in range(4):
         if isinstance(values, Mapping) and len(values) == 1:
@@ -355,7 +363,8 @@ def unwrap_proposal(values: Any) -> tuple[dict[str, Any] | None, str]:
         return None, f"a proposal must be a JSON object of axis values, got {type(values).__name__}"
     if not values:
         return None, "an empty object names no configuration"
-    nested = [str(k) for k, v in values.items() if isinstance(v, (list, tuple, dict, Mapping))]
+    nested = [str(k) for k, v in values.items() if isinstance(v, (dict, Mapping)) or (
+        isinstance(v, (list, tuple)) and (k not in LIST_AXES or not all(isinstance(x, str) for x in v)))]
     if nested:
         return None, (f"each axis takes one value; {', '.join(nested[:4])} got a list or an object "
                       f"(the legal values copied back?)")

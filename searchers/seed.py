@@ -47,12 +47,17 @@ def _moves(space: SearchSpace, anchor: Mapping[str, Any] | None = None) -> list[
         if p != t.precision:
             moves.append((f"precision={p}", {"precision": p}))
     if m.is_moe and t.ep > 1:
-        for b in ("alltoall", "deepep"):
+        for b in ("alltoall", "deepep", *(b for b in space.values.get("moe_a2a_backend", ())
+                                           if b not in ("alltoall", "deepep"))):  # hybridep: --allow software
             moves.append((f"moe_a2a_backend={b}", {"moe_a2a_backend": b}))
         # paper App. H MoE priority: (1) DeepEP, (2) sync-free MoE
         moves.append(("moe_sync_free=true", {"moe_a2a_backend": "deepep", "moe_sync_free": True}))
-        if True in space.values.get("moe_a2a_overlap", ()):  # searched only when restricted in (docs/search.md)
-            moves.append(("moe_a2a_overlap=true", {"moe_a2a_overlap": True}))
+        # searched only when the space opens them (allow: software, or restricted in; docs/search.md)
+        for flag in ("moe_a2a_overlap", "moe_shared_expert_overlap", "moe_router_fusion", "fused_grouped_mlp"):
+            if True in space.values.get(flag, ()) and not getattr(t, flag):
+                moves.append((f"{flag}=true", {flag: True}))
+    if True in space.values.get("fp8_param_gather", ()) and not t.fp8_param_gather:
+        moves.append(("fp8_param_gather=true", {"fp8_param_gather": True}))
     # host overhead: CUDA graphs, searched only when restricted in (docs/search.md); widest scope first
     for impl in space.values.get("cuda_graph_impl", ()):
         for scope in sorted(space.values.get("cuda_graph_scope", ((),)), key=lambda sc: (bool(sc), -len(sc))):

@@ -21,6 +21,9 @@ precision             the baseline's: numerics are the user's (NUMERICS); ``allo
 moe_a2a_backend       alltoall, deepep (MoE only)
 moe_sync_free         false, true (MoE on AMD parts only: Primus-Turbo; true needs deepep)
 use_distributed_optimizer / fsdp     true/false each
+software settings     the baseline's; ``allow=("software",)`` opens them (SOFTWARE, software_defaults): the
+                      dispatcher with hybridep (NVIDIA), the all-to-all and shared-expert overlaps, the fused
+                      router and grouped MLP, CUDA graphs, FP8 weight gathers, each where the part runs it
 everything else       the baseline value (gbs, etp, recompute_num_layers, overlap flags, ...)
 pipeline layout keys  derived per (pp, vpp), not searched (LAYOUT_KEYS): uneven where pp does not divide
                       the layers
@@ -45,9 +48,14 @@ Enumeration checks the structural axes (layout, schedule, batch, recompute) with
 flags, the flag axes (precision, dispatcher, sharding, overlap) with the baseline structure, and
 then every combination of the two survivors with the full legality check, so every enumerated
 point is legal; a rule that lets a flag rescue an otherwise illegal structure would be missed
-(none exists today). Each check's verdict is memoised on the fields it read (``_ReadMemo``), so the
-combinations that differ only in fields legality did not look at are answered without it: Mixtral 8x22B
-on 32 GPUs (117,432 points) enumerates in ~4 s of CPU, ~3x faster than checking every combination.
+(none exists today). A flag combination illegal with the baseline's structure is tried on the other
+structures unless one of the oracle's rule groups (``oracle.legality.RULES``) refuses it having read no
+structure field: then none can make it legal (the software group's CUDA-graph scopes without a graph, FP8
+weight gathers in BF16), and the scan is skipped (Qwen3-30B-A3B on 8 B200 with the software group: 486,912
+points in ~10 s instead of ~60 s; the same points either way). Each check's verdict is memoised on the fields
+it read (``_ReadMemo``), so the combinations that differ only in fields legality did not look at are
+answered without it: Mixtral 8x22B on 32 GPUs (117,432 points) enumerates in ~4 s of CPU, ~3x faster than
+checking every combination.
 """
 from __future__ import annotations
 
@@ -56,6 +64,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
@@ -63,6 +72,7 @@ from typing import Any
 
 from oracle.config import RunConfig, TrainingConfig
 from oracle.errors import InvalidConfigError
+from oracle.legality import RULES as LEGALITY_RULES
 from oracle.legality import check as legality_check
 from oracle.pipeline.schedules import SCHEDULES
 from oracle.pipeline_layout import card_weights, uneven_options
@@ -111,6 +121,13 @@ NUMERICS: dict[str, tuple[str, ...]] = {
 """Groups of axes that change the numerics (what is trained, not how): held at the baseline's value unless
 the space restricts them to a list or ``allow`` names their group."""
 NUMERICS_AXES: tuple[str, ...] = tuple(a for axes in NUMERICS.values() for a in axes)
+SOFTWARE: tuple[str, ...] = ("moe_a2a_backend", "moe_a2a_overlap", "moe_shared_expert_overlap", "moe_router_fusion",
+                             "fused_grouped_mlp", "cuda_graph_impl", "cuda_graph_scope", "fp8_param_gather")
+"""The ``software`` group of ``allow``: settings that change how a step runs, not what it trains (the MoE dispatcher and
+its overlaps, fused kernels, CUDA graphs, FP8 weight gathers), held at the baseline's value (the framework's default
+unless the user set them) unless the space opens the group or restricts them (:func:`software_defaults`)."""
+ALLOW_GROUPS: tuple[str, ...] = (*NUMERICS, "software")
+"""What ``allow`` may name: a numerics group or ``software``."""
 
 
 def numerics_defaults(run: RunConfig, group: str) -> dict[str, list[Any]]:
@@ -131,7 +148,40 @@ def numerics_defaults(run: RunConfig, group: str) -> dict[str, list[Any]]:
         return {"optimizer": ["adam", "muon"]}
     if group == "mtp":
         return {"mtp_num_layers": sorted({0, m.mtp_layers})} if m.mtp_layers else {}
-    raise InvalidConfigError(f"allow: unknown numerics group {group!r}; valid: {', '.join(NUMERICS)}")
+    if group == "software":
+        return software_defaults(run)
+    raise InvalidConfigError(f"allow: unknown group {group!r}; valid: {', '.join(ALLOW_GROUPS)}")
+
+
+def software_defaults(run: RunConfig) -> dict[str, list[Any]]:
+    """The values the ``software`` group searches on ``run``'s hardware, model and framework (legality prunes the
+    combinations a framework refuses, e.g. the all-to-all overlap at ep 1 or CUDA graphs around a dropless MoE block):
+
+    * MoE: the dispatcher (alltoall, deepep, and hybridep on NVIDIA parts), the EP all-to-all overlap, the shared
+      experts' overlap (models with shared experts), the fused router and, on Blackwell (compute capability 10.x, where
+      Transformer Engine has the CuTe DSL kernel), the fused grouped MLP: Megatron-Core / Transformer Engine settings;
+    * NVIDIA parts under Megatron-Core: CUDA graphs, none, per layer (transformer_engine: the whole layer, and for MoE
+      models the scope NVIDIA's MoE recipes capture, attention + router + preprocessing) or the whole iteration;
+    * FP8 parts: FP8 weight gathers (``fp8_param_gather``; only with an FP8/FP4 format and the distributed optimizer).
+    """
+    hw, m, t = run.cluster.hardware, run.model, run.training
+    nvidia, megatron = hw.vendor.lower() == "nvidia", t.framework == "megatron"
+    d: dict[str, list[Any]] = {}
+    if m.is_moe:
+        d["moe_a2a_backend"] = ["alltoall", "deepep"] + (["hybridep"] if nvidia else [])
+        d["moe_a2a_overlap"] = [False, True]
+        if m.num_shared_experts:
+            d["moe_shared_expert_overlap"] = [False, True]
+        if megatron:
+            d["moe_router_fusion"] = [False, True]
+            if hw.sm100_class:
+                d["fused_grouped_mlp"] = [False, True]
+    if nvidia and megatron:
+        d["cuda_graph_impl"] = ["none", "transformer_engine", "full_iteration"]
+        d["cuda_graph_scope"] = [()] + ([("attn", "moe_router", "moe_preprocess")] if m.is_moe else [])
+    if hw.supports("fp8"):
+        d["fp8_param_gather"] = [False, True]
+    return d
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -162,8 +212,8 @@ class SearchSpace:
     def __init__(self, baseline: RunConfig, *, pins: Mapping[str, Any] | None = None,
                  restrict: Mapping[str, Sequence[Any]] | None = None, allow: Sequence[str] = ()) -> None:
         pins, restrict = dict(pins or {}), dict(restrict or {})
-        problems = [f"space.allow: unknown numerics group {g!r}; valid: {', '.join(NUMERICS)}"
-                    for g in allow if g not in NUMERICS]
+        problems = [f"space.allow: unknown group {g!r}; valid: {', '.join(ALLOW_GROUPS)}"
+                    for g in allow if g not in ALLOW_GROUPS]
         problems += unknown_key_problems(pins, list(FIELDS), "space.pin")
         problems += unknown_key_problems(restrict, list(FIELDS), "space.restrict")
         for k in sorted(set(pins) & set(restrict)):
@@ -292,8 +342,9 @@ class SearchSpace:
             t = run_or_training.training
         elif isinstance(run_or_training, TrainingConfig):
             t = run_or_training
-        else:
-            t = self.baseline.training.replace(**dict(run_or_training))
+        else:  # a result's training (JSON form): a tuple-valued field (cuda_graph_scope, ...) comes as a list
+            t = self.baseline.training.replace(**{k: _coerce_field(k, v) if isinstance(v, list) and k in _HINTS else v
+                                                  for k, v in run_or_training.items()})
         t = self._canonical_training(t)
         return {a: getattr(t, a) for a in self.axes}
 
@@ -354,6 +405,23 @@ class SearchSpace:
                     or (kw["moe_sync_free"] and kw["moe_a2a_backend"] != "deepep")
                     or (kw["fsdp"] and kw["use_distributed_optimizer"]))
 
+    def _refused_by_a_flag_rule(self, t_kwargs: dict[str, Any], structural: set[str]) -> bool:
+        """Some rule group of the oracle's (``oracle.legality.RULES``, each applied by every check) refuses these
+        settings having read none of the ``structural`` fields: then no structure can make them legal (the check is
+        a deterministic function of the fields it reads), and the enumeration need not try each one."""
+        kw = {**t_kwargs, **self._layout_for(t_kwargs["pp"], t_kwargs["vpp"])}
+        try:
+            t = _ReadTracked(**kw)
+        except TypeError:
+            return False
+        object.__setattr__(t, "_reads", {})
+        run = RunConfig(model=self.baseline.model, cluster=self.baseline.cluster, training=t)
+        for rule in LEGALITY_RULES:
+            object.__setattr__(t, "_reads", {})
+            if rule(run) and not structural & set(object.__getattribute__(t, "_reads")):
+                return True
+        return False
+
     def _legal_kwargs(self, t_kwargs: dict[str, Any], *, canonical: bool) -> bool:
         if canonical and not self._is_canonical(t_kwargs):
             return False
@@ -374,6 +442,8 @@ class SearchSpace:
         s_ok = [s for s in itertools.product(*(self.values[a] for a in s_axes))
                 if self._legal_kwargs({**base, **dict(zip(s_axes, s))}, canonical=False)]
 
+        structural = set(s_axes) | set(LAYOUT_KEYS)  # LAYOUT_KEYS: derived from pp and vpp
+
         def flags_ok(f: tuple[Any, ...]) -> bool:
             # a flag combination legal with the baseline's structure, or else with some legal structure: pinned
             # settings can need a structure the baseline does not have (EP > 1 for an all-to-all overlap, HybridEP's
@@ -381,6 +451,11 @@ class SearchSpace:
             fd = dict(zip(f_axes, f))
             if self._legal_kwargs({**base, **fd}, canonical=False):
                 return True
+            reads = self._verdicts.last_reads  # the verdict read no searched structure field: none can change it
+            if reads is not None and not structural & set(reads):
+                return False
+            if self._refused_by_a_flag_rule({**base, **fd}, structural):
+                return False
             kw = {**base, **fd}  # what no structure makes canonical (the dispatcher's ep rule aside) is not scanned
             if (kw["moe_sync_free"] and kw["moe_a2a_backend"] != "deepep") or (
                     kw["fsdp"] and kw["use_distributed_optimizer"]):
@@ -542,17 +617,23 @@ class _ReadMemo:
     def __init__(self) -> None:
         self.groups: dict[tuple[str, ...], dict[tuple, bool]] = {}
         """Read field names (sorted) -> {their values: verdict}."""
+        self._getters: list[tuple[tuple[str, ...], Any, dict[tuple, bool]]] = []
+        """(names, an itemgetter of their values as a tuple, the group's verdicts), per group: the lookup's loop."""
         self.hits = 0
         self.misses = 0
+        self.last_reads: tuple[str, ...] | None = None
+        """The fields the last verdict depended on (None: unknown, the memo was bypassed)."""
 
     def legal(self, kw: dict[str, Any], check: Any) -> bool:
         try:
-            for names, verdicts in self.groups.items():
-                hit = verdicts.get(tuple(kw[n] for n in names))
+            for names, get, verdicts in self._getters:
+                hit = verdicts.get(get(kw))
                 if hit is not None:
                     self.hits += 1
+                    self.last_reads = names
                     return hit
         except TypeError:  # an unhashable value: checked without the memo
+            self.last_reads = None
             return bool(check(TrainingConfig(**kw)))
         self.misses += 1
         t = _ReadTracked(**kw)
@@ -560,5 +641,11 @@ class _ReadMemo:
         verdict = bool(check(t))
         reads = object.__getattribute__(t, "_reads")
         names = tuple(sorted(reads))
-        self.groups.setdefault(names, {})[tuple(reads[n] for n in names)] = verdict
+        if names not in self.groups:
+            self.groups[names] = {}
+            one = operator.itemgetter(*names) if names else (lambda kw: ())
+            get = one if len(names) != 1 else (lambda kw, _g=one: (_g(kw),))  # always a tuple
+            self._getters.append((names, get, self.groups[names]))
+        self.groups[names][tuple(reads[n] for n in names)] = verdict
+        self.last_reads = names
         return verdict

@@ -59,13 +59,14 @@ measured (an estimate: attention, norms and element-wise ops keep their time).""
 FORMAT_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
 """Training number format -> the peak of the hardware profile it runs at."""
 TERM_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "compute_s": (("precision", "fp8_recipe"), ()),
-    "host_sync_s": (("moe_sync_free", "moe_a2a_backend", "cuda_graph_impl", "cuda_graph_scope"), ("mbs", "tp")),
-    "ep_a2a": (("moe_a2a_backend", "moe_a2a_overlap", "moe_sync_free"), ()),
-    "fsdp_ag": (("overlap_param_gather",), ()),
+    "compute_s": (("precision", "fp8_recipe", "fused_grouped_mlp", "moe_router_fusion"), ()),
+    "host_sync_s": (("moe_sync_free", "moe_a2a_backend", "cuda_graph_impl", "cuda_graph_scope", "fused_grouped_mlp",
+                     "moe_router_fusion"), ("mbs", "tp")),
+    "ep_a2a": (("moe_a2a_backend", "moe_a2a_overlap", "moe_sync_free", "moe_shared_expert_overlap"), ()),
+    "fsdp_ag": (("overlap_param_gather", "fp8_param_gather"), ()),
     "fsdp_rs": (("overlap_grad_reduce",), ()),
     "dp_grad": (("overlap_grad_reduce", "use_distributed_optimizer"), ()),
-    "dp_param_gather": (("overlap_param_gather",), ()),
+    "dp_param_gather": (("overlap_param_gather", "fp8_param_gather"), ()),
     "expert_grad": (("overlap_grad_reduce", "use_distributed_optimizer"), ()),
     "tp": (("tp_comm_overlap", "sequence_parallel"), ()),
 }

@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 
@@ -108,6 +109,20 @@ def test_a_search_is_derived_from_a_recipes_run(capsys):
                  "--set", "cuda_graph_impl=none"]) == 0
     out = capsys.readouterr().out
     assert "--set cuda_graph_impl=none" in out and "cuda_graph_impl=full_iteration" not in out
+    # --allow software: the recipe's software settings are searched too (its number format and static budget held)
+    assert main(["experiments", "init", "--bridge-recipe", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
+                 "--allow", "software"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Derived by: raytune-primus experiments init --bridge-recipe "
+                          "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config --allow software")
+    spec = yaml.safe_load(out)
+    assert spec["space"]["allow"] == ["software"]
+    pinned = spec["space"]["pin"]
+    assert pinned["fp8_recipe"] == "mxfp8" and pinned["moe_expert_rank_capacity_factor"] == 1.5
+    for free, value in (("moe_a2a_backend", "hybridep"), ("fused_grouped_mlp", True),
+                        ("cuda_graph_impl", "full_iteration"), ("moe_a2a_overlap", True)):
+        assert free not in spec["space"]["pin"] and spec["baseline"][free] == value, free  # the walk starts there
+    assert "delay_wgrad_compute" not in spec["space"]["pin"]  # follows moe_a2a_overlap
     assert main(["experiments", "init", "--bridge-recipe", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
                  "--gbs", "256"]) == 2
     assert "give it without --gbs" in capsys.readouterr().err

@@ -74,7 +74,7 @@ def test_the_summary_and_report_say_when_the_winner_changes_the_numerics(tmp_pat
     (["tune", "--model", "llama3.1-70b", "--hardware", "h100-sxm"], "missing: --num-gpus, --seq-len, --gbs"),
     (["tune", "tiny-moe-h100-8", "--model", "llama3.1-70b"], "not both"),
     (["tune", "tiny-moe-h100-8", "--precision", "fp8"], "--precision applies only to a derived experiment"),
-    (["tune", "tiny-moe-h100-8", "--allow", "precison"], "unknown numerics group 'precison'"),
+    (["tune", "tiny-moe-h100-8", "--allow", "precison"], "unknown group 'precison'"),
     (["compare", "--suite", "--model", "llama3.1-70b"], "do not apply with --suite"),
     (["experiments", "init", "--model", "llama3.1-70b"], "missing: --hardware, --num-gpus, --seq-len, --gbs"),
     (["experiments", "list", "--model", "llama3.1-70b"], "those are for init"),

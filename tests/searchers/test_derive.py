@@ -101,7 +101,7 @@ def test_a_hugging_face_config_works_as_the_model(tmp_path):
     ({"sets": ["tpp=2"]}, "unknown key 'tpp'"),
     ({"sets": ["model.num_layers=2"]}, "only training keys"),
     ({"sets": ["cluster=x"]}, "only training keys"),
-    ({"allow": ["precison"]}, "--allow: unknown numerics group 'precison'"),
+    ({"allow": ["precison"]}, "--allow: unknown group 'precison'"),
     ({"precision": "fp16"}, "precision"),
     ({"model": "no-such-model"}, "no-such-model"),
 ])

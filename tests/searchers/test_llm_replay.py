@@ -177,3 +177,13 @@ def test_prompts_fit_the_budget_with_a_long_history_plan_and_trajectory():
     assert "observation_29" in trajectory and "observation_0" not in trajectory  # the latest steps are kept
     for signature in (executor.react.signature, executor.extract.predict.signature):
         assert prompt_chars(signature, {**ex_inputs, "trajectory": trajectory}) <= budget_chars
+
+
+def test_a_list_of_names_is_one_value_for_a_key_that_takes_one():
+    from searchers.llm import LIST_AXES, unwrap_proposal
+    assert {"cuda_graph_scope", "recompute_modules", "offload_modules"} <= LIST_AXES
+    assert unwrap_proposal({"cuda_graph_scope": ["attn", "moe_router"], "tp": 2}) == (
+        {"cuda_graph_scope": ["attn", "moe_router"], "tp": 2}, "")
+    for junk in ({"tp": [1, 2, 4]}, {"cuda_graph_scope": [["attn"], ["mlp"]]}, {"recompute": {"a": 1}}):
+        values, why = unwrap_proposal(junk)
+        assert values is None and "each axis takes one value" in why

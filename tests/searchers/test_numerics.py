@@ -57,8 +57,8 @@ def test_allow_opens_a_group_with_the_hardware_defaults(tiny):
 def test_an_unknown_group_is_a_one_line_error(tiny):
     with pytest.raises(InvalidConfigError) as e:
         SearchSpace(tiny.baseline, allow=("precison",))
-    assert e.value.problems == ["space.allow: unknown numerics group 'precison'; valid: precision, fp8_activations, "
-                                "token_drop, optimizer, mtp"]
+    assert e.value.problems == ["space.allow: unknown group 'precison'; valid: precision, fp8_activations, "
+                                "token_drop, optimizer, mtp, software"]
 
 
 def test_numerics_says_what_a_point_changes(small):

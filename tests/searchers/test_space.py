@@ -12,17 +12,22 @@ from searchers.experiment import load_experiment
 from searchers.space import SearchSpace
 
 
-def test_every_enumerated_point_is_legal_and_brute_force_agrees(tiny):
-    sp = tiny.space
-    pts = set(sp.points)
-    assert len(pts) == sp.size > 100
+def _brute_force(sp: SearchSpace) -> set[tuple]:
+    """Every combination of the axis values that is legal and canonical, checked one by one."""
     brute = set()
     for combo in itertools.product(*(sp.values[a] for a in sp.axes)):
         values = dict(zip(sp.axes, combo))
         run = sp.run_of(values)
         if not check(run) and sp.point_of(run) == values:  # legal and canonical
             brute.add(combo)
-    assert pts == brute
+    return brute
+
+
+def test_every_enumerated_point_is_legal_and_brute_force_agrees(tiny):
+    sp = tiny.space
+    pts = set(sp.points)
+    assert len(pts) == sp.size > 100
+    assert pts == _brute_force(sp)
     for p in list(sp.iter_points())[::37]:
         assert sp.contains(p)
         assert check(sp.run_of(p)) == []
@@ -136,10 +141,56 @@ def test_pinned_settings_that_need_another_structure_than_the_baselines_are_sear
         run = space.run_of(values)
         assert run.training.moe_a2a_backend == "hybridep" and run.training.ep > 1 and not check(run)
     # brute force over the axes (legal and canonical) agrees with the enumeration
-    brute = set()
-    for combo in itertools.product(*(space.values[a] for a in space.axes)):
-        values = dict(zip(space.axes, combo))
-        run = space.run_of(values)
-        if not check(run) and space.point_of(run) == values:
-            brute.add(combo)
-    assert brute == set(space.points)
+    assert _brute_force(space) == set(space.points)
+
+
+def _with_software(exp):
+    sp = exp.space
+    return SearchSpace(sp.baseline, pins=sp.pins, restrict=sp.restrict, allow=(*sp.allow, "software"))
+
+
+def test_the_software_group_opens_what_the_part_and_the_framework_run():
+    b200 = _with_software(load_experiment("qwen3-30b-a3b-b200-8"))
+    v = b200.values
+    assert v["moe_a2a_backend"] == ("alltoall", "deepep", "hybridep")
+    assert v["cuda_graph_impl"] == ("none", "transformer_engine", "full_iteration")
+    assert v["cuda_graph_scope"] == ((), ("attn", "moe_router", "moe_preprocess"))
+    for flag in ("moe_a2a_overlap", "moe_router_fusion", "fused_grouped_mlp", "fp8_param_gather"):
+        assert v[flag] == (False, True), flag
+    assert "moe_shared_expert_overlap" not in b200.axes  # Qwen3-30B-A3B has no shared experts
+    amd = _with_software(load_experiment("mixtral-8x22b-mi355x-4node"))  # no HybridEP, CUDA graphs or CuTe DSL there
+    assert "hybridep" not in amd.values["moe_a2a_backend"]
+    assert {"cuda_graph_impl", "fused_grouped_mlp"}.isdisjoint(amd.axes) and "moe_a2a_overlap" in amd.axes
+    dense = _with_software(load_experiment("llama3.1-70b-h100-64"))
+    assert set(dense.axes) - set(load_experiment("llama3.1-70b-h100-64").space.axes) == {"cuda_graph_impl",
+                                                                                          "fp8_param_gather"}
+    assert dense.values["cuda_graph_scope"] == ((),)  # the whole layer: no MoE block to leave out
+    # the baseline's settings are always points of the space, and every point is legal
+    assert b200.contains(b200.point_of(b200.baseline))
+    for p in b200.points[::max(1, b200.size // 40)]:
+        assert not check(b200.run_of(p))
+
+
+def test_flag_combinations_a_rule_refuses_without_reading_the_structure_are_skipped_soundly(tiny, monkeypatch):
+    # the enumeration drops a flag combination that a rule group of the oracle's refuses having read no structure
+    # field (oracle.legality.RULES) instead of trying it on every structure: the same points either way, and the
+    # brute force over the whole product agrees
+    fast = _with_software(tiny)
+    fast_points = fast.points
+    assert fast.size > 5 * tiny.space.size
+    monkeypatch.setattr(SearchSpace, "_refused_by_a_flag_rule", lambda self, kw, structural: False)
+    assert _with_software(tiny).points == fast_points
+    small = SearchSpace(tiny.space.baseline, allow=("software",),
+                        restrict={"tp": [1], "cp": [1], "pp": [1, 2], "vpp": [1, 2], "mbs": [1], "ep": [1, 4],
+                                  "pp_schedule": ["1f1b", "interleaved"], "recompute": ["none", "full"]},
+                        pins={"precision": "fp8", "fsdp": False})
+    brute = _brute_force(small)
+    assert brute == set(small.points) and len(brute) > 20
+
+
+def test_a_results_training_with_a_tuple_setting_maps_back_to_its_point(tiny):
+    sp = _with_software(tiny)
+    p = next(p for p in sp.iter_points() if p["cuda_graph_scope"])
+    training = sp.run_of(p).to_dict()["training"]  # JSON form: the scope as a list
+    assert isinstance(training["cuda_graph_scope"], list)
+    assert sp.point_of(training) == p
