@@ -153,6 +153,7 @@ def tune_experiment(exp: Any, results_dir: str | Path, *, driver: str = "ray", s
     summary: dict[str, Any] = {**result.summary(), "ray": ray_info}  # the same keys whichever driver ran it
     summary["experiment_file"] = exp.source or None
     summary["numerics"] = exp.space.numerics((summary.get("winner") or {}).get("config"))
+    summary["software"] = exp.space.software()
     if summary.get("winner"):
         summary["winner"]["projection"] = winner_projection(exp, summary["winner"]["config"], ev)
     summary["ledger"] = str(ledger_path)
@@ -204,6 +205,9 @@ def format_tune_summary(s: dict[str, Any]) -> str:
         if s.get("numerics"):
             from raytune_primus.report import numerics_note
             lines.append("  " + numerics_note(s["numerics"]))
+        if (s.get("software") or {}).get("more"):
+            lines.append("  software settings held at the experiment's: --allow software also searches "
+                         + ", ".join(s["software"]["more"]))
         if "error" in proj:
             lines.append(f"  projection failed: {proj['error']}")
         elif proj:

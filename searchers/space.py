@@ -575,6 +575,14 @@ class SearchSpace:
             out["changed"] = {a: getattr(t, a) for a in NUMERICS_AXES if getattr(t, a) != getattr(base, a)}
         return out
 
+    def software(self) -> dict[str, Any]:
+        """The software settings (:data:`SOFTWARE`) this space searches (``open``), and those ``allow: [software]``
+        would add on this part and model (``more``; not the ones the space pins or restricts)."""
+        return {"open": [a for a in SOFTWARE if a in self.axes],
+                "more": [a for a, vs in software_defaults(self.baseline).items()
+                         if a not in self.axes and a not in self.pins and a not in self.restrict
+                         and len(set(vs) | {getattr(self.baseline.training, a)}) > 1]}
+
     def summary(self) -> dict[str, Any]:
         return {"axes": len(self.axes), "raw_size": self.raw_size, "size": self.size,
                 "num_layouts": self.num_layouts}

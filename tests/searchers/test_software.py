@@ -52,3 +52,10 @@ def test_every_searcher_proposes_legal_points_of_the_software_space(name, tmp_pa
         if r["config"]:
             run = exp.space.make(exp.space.point_of(json.loads(r["config"])))
             assert not check(run)
+
+
+def test_the_space_says_which_software_settings_it_searches_and_which_more_it_could():
+    closed, opened = small_experiment().space.software(), _software_space().space.software()
+    assert closed["open"] == [] and set(closed["more"]) == {"moe_a2a_overlap", "moe_router_fusion", "cuda_graph_impl",
+                                                             "cuda_graph_scope", "fp8_param_gather"}
+    assert set(opened["open"]) == set(closed["more"]) and opened["more"] == []
