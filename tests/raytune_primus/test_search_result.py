@@ -25,7 +25,7 @@ def test_summary_json_has_the_same_keys_whichever_driver(small, tmp_path):
                      tune=TuneRecord(tune_trials=3, errored=1, retries=2, experiment_path="p", restored=False,
                                      max_concurrent=1))
     s_ray = r.summary()
-    added = {"ray", "ledger", "wall_s", "ok", "summary", "experiment_file", "numerics"}  # by tune_experiment, either driver
+    added = {"ray", "ledger", "wall_s", "ok", "summary", "experiment_file", "numerics", "software"}  # by tune_experiment
     assert set(s_ray) <= set(s_in) and set(s_in) - set(s_ray) == {*added, *(k for k in s_in if k in ("report", "plots"))}
     assert (s_ray["tune_trials"], s_ray["errored"], s_ray["retries"]) == (3, 1, 2)
     assert s_ray["tune"]["experiment_path"] == "p"
