@@ -257,6 +257,7 @@ def compare_experiment(exp: Any, results_dir: str | Path | None, *, driver: str 
         raise InvalidConfigError(f"driver={driver!r} is not one of inprocess | ray")
     summary["experiment_file"] = exp.source or None
     summary["numerics"] = exp.space.numerics((summary.get("optimum") or {}).get("config"))
+    summary["software"] = exp.space.software()
     if plot is not None:
         from raytune_primus.plots import compare_curves
         summary["plot"] = str(compare_curves(summary, plot))
