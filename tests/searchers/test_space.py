@@ -194,3 +194,18 @@ def test_a_results_training_with_a_tuple_setting_maps_back_to_its_point(tiny):
     training = sp.run_of(p).to_dict()["training"]  # JSON form: the scope as a list
     assert isinstance(training["cuda_graph_scope"], list)
     assert sp.point_of(training) == p
+
+
+def test_every_rule_group_the_shortcut_asks_is_applied_by_the_check(tiny):
+    # the enumeration's shortcut is sound only if each of oracle.legality.RULES is part of every check
+    from oracle.legality import RULES
+    sp = _with_software(tiny)
+    seen = 0
+    for combo in itertools.islice(itertools.product(*(sp.values[a] for a in sp.axes)), 0, None, 97):
+        run = sp.run_of(dict(zip(sp.axes, combo)))
+        problems = set(check(run))
+        for rule in RULES:
+            found = rule(run)
+            seen += bool(found)
+            assert set(found) <= problems, (rule.__name__, found)
+    assert seen > 10
