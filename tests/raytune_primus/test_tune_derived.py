@@ -146,3 +146,22 @@ def test_a_partial_profile_file_is_one_line_too(tmp_path, capsys):
                            "2048", "--gbs", "64"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "is incomplete, missing memory.hbm_capacity_gib" in lines[0], err
+
+
+def test_allow_software_searches_the_same_space_from_the_command_line_and_from_the_file(tmp_path, capsys):
+    derive = ["--model", "tiny-moe", "--hardware", "h100-sxm", "--num-gpus", "8", "--seq-len", "2048", "--gbs", "64",
+              "--allow", "software"]
+    code, out, err = _cli(["tune", *derive, "--driver", "inprocess", *BUDGET, "--results", str(tmp_path / "a"),
+                           "--quiet", "--format", "json"], capsys)
+    assert code == 0, err
+    a = json.loads(out)
+    assert "cuda_graph_impl" in a["software"]["open"] and a["software"]["more"] == []
+    code, out, err = _cli(["experiments", "init", *derive, "-o", str(tmp_path / "exp.yaml")], capsys)
+    assert code == 0, err
+    text = (tmp_path / "exp.yaml").read_text()
+    assert "searched (space.allow: software)" in text and yaml.safe_load(text)["space"]["allow"] == ["software"]
+    code, out, err = _cli(["tune", str(tmp_path / "exp.yaml"), "--driver", "inprocess", *BUDGET, "--results",
+                           str(tmp_path / "b"), "--quiet", "--format", "json"], capsys)
+    assert code == 0, err
+    b = json.loads(out)
+    assert a["winner"]["config"] == b["winner"]["config"]
