@@ -381,6 +381,19 @@ def _precision_feature_problems(run: RunConfig) -> list[str]:
             p.append(f"fp8_dot_product_attention=true with {m.name}'s learnable softmax sinks: Transformer Engine has "
                      f"an FP8 attention backend for sink attention only on Blackwell with cuDNN >= 9.21 (TE 2.20); "
                      f"{hw.name} is {hw.arch}: use fp8_dot_product_attention=false")
+        if hw.vendor.lower() == "nvidia" and t.precision == "fp8":
+            # TE get_attention_backend in FP8: FlashAttention takes no FP8 training and the unfused path no FP8, so
+            # the fused one must: not with per-tensor current scaling before compute capability 10.0 (TE 2.8-2.20),
+            # nor with FP8 block scaling anywhere (TE 2.20); no backend is left
+            if t.fp8_recipe == "tensorwise" and not hw.sm100_class:
+                p.append(f"fp8_dot_product_attention=true with fp8_recipe=tensorwise (per-tensor current scaling): "
+                         f"Transformer Engine's fused FP8 attention takes current scaling only on Blackwell (compute "
+                         f"capability 10.x; TE 2.8-2.20), and no other backend runs FP8 attention in training; "
+                         f"{hw.name} is {hw.arch}: use fp8_recipe=delayed, or fp8_dot_product_attention=false")
+            elif t.fp8_recipe == "blockwise":
+                p.append("fp8_dot_product_attention=true with fp8_recipe=blockwise: Transformer Engine has no FP8 "
+                         "attention backend for FP8 block scaling (TE 2.20 disables its fused attention for it): use "
+                         "fp8_dot_product_attention=false (attention in BF16)")
     if t.attention_backend == "local":
         p.append("attention_backend=local is Megatron-Core's own attention, which needs --spec local (layers without "
                  "Transformer Engine: not priced here); valid: auto, flash, fused, or unfused (Transformer Engine's "

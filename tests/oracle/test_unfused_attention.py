@@ -144,3 +144,18 @@ def test_fp8_attention_with_softmax_sinks_needs_blackwell():
     assert RunConfig.from_dict({**spec, "cluster": {"hardware": "b200", "num_gpus": 64}}).training.fp8_dot_product_attention
     llama = {**spec, "model": "llama3.1-8b", "training": {**spec["training"], "ep": 1}}
     assert RunConfig.from_dict({**llama, "cluster": {"hardware": "h100-sxm", "num_gpus": 64}})  # no sinks: FP8 attention
+
+
+def test_fp8_attention_needs_a_scaling_recipe_transformer_engine_runs_it_with():
+    """TE get_attention_backend in FP8 training leaves only the fused backend, which takes per-tensor current scaling
+    only on compute capability 10.x (TE 2.8-2.20) and no FP8 block scaling (TE 2.20)."""
+    def run(hardware, recipe):
+        return RunConfig.from_dict({"model": "llama3.1-8b", "cluster": {"hardware": hardware, "num_gpus": 8},
+                                    "training": {"seq_len": 8192, "gbs": 64, "precision": "fp8", "fp8_recipe": recipe,
+                                                 "fp8_dot_product_attention": True}})
+    assert run("h100-sxm", "delayed") and run("b200", "tensorwise") and run("b200", "mxfp8")
+    with pytest.raises(InvalidConfigError, match="takes current scaling only on Blackwell"):
+        run("h100-sxm", "tensorwise")
+    for hw in ("h100-sxm", "b200"):
+        with pytest.raises(InvalidConfigError, match="no FP8 attention backend for FP8 block scaling"):
+            run(hw, "blockwise")
