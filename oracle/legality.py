@@ -359,6 +359,14 @@ def _dispatcher_problems(run: RunConfig) -> list[str]:
                      f"op fuser); {m.name} has activation {m.activation}")
         if t.framework != "megatron":
             p.append("fused_grouped_mlp=true is Transformer Engine's op fuser: it needs framework=megatron")
+        # Megatron-Core TEGroupedMLP._is_fused_impl_supported (asserted when the op fuser is on)
+        if t.etp > 1:
+            p.append(f"fused_grouped_mlp=true with etp={t.etp}: Megatron-Core's op-fuser grouped MLP has no expert "
+                     f"tensor parallelism (etp must be 1)")
+        offloaded = sorted({"expert_fc1", "moe_act"} & set(t.offload_modules or ()))
+        if offloaded:
+            p.append(f"fused_grouped_mlp=true with offload_modules {', '.join(offloaded)}: Megatron-Core offloads "
+                     f"those only on the unfused path (offload fused_group_mlp instead)")
     return p
 
 

@@ -67,3 +67,13 @@ def test_shared_expert_overlap_pairs_megatron_core_refuses():
         run(moe_shared_expert_overlap=True, moe_a2a_overlap=True)
     with pytest.raises(InvalidConfigError, match="shared_experts recompute cannot work"):
         run(moe_shared_expert_overlap=True, recompute="selective", recompute_modules=["shared_experts"])
+
+
+def test_the_op_fuser_grouped_mlp_refuses_what_megatron_core_asserts_against():
+    # Megatron-Core TEGroupedMLP._is_fused_impl_supported: no expert tensor parallelism, no expert_fc1 / moe_act offload
+    kw = dict(hardware="gb200-nvl72", precision="fp8", fp8_recipe="mxfp8", fused_grouped_mlp=True)
+    with pytest.raises(InvalidConfigError, match="no expert tensor parallelism"):
+        _run(etp=2, tp=2, **kw)
+    with pytest.raises(InvalidConfigError, match="offload_modules expert_fc1, moe_act"):
+        _run(offload_modules=["moe_act", "expert_fc1"], **kw)
+    assert _run(offload_modules=["fused_group_mlp"], **kw).training.fused_grouped_mlp
