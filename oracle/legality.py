@@ -562,9 +562,16 @@ def _a2a_overlap_problems(run: RunConfig) -> list[str]:
     if t.pp > 1 and t.schedule != "interleaved":
         p.append(f"moe_a2a_overlap=true with pp={t.pp} needs the interleaved schedule (vpp > 1; Megatron merges "
                  f"forward and backward only there or at pp=1), got pp_schedule={t.schedule}")
-    if t.moe_shared_expert_overlap:  # Megatron-Core TransformerConfig.__post_init__
+    # Megatron-Core TransformerConfig.__post_init__ (0.19.2), its messages quoted
+    if t.moe_shared_expert_overlap:
         p.append("moe_a2a_overlap=true with moe_shared_expert_overlap=true: Megatron-Core refuses the pair ('disable "
                  "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm'); set one of them false")
+    if "moe" in (t.recompute_modules or ()):
+        p.append("moe_a2a_overlap=true with recompute_modules 'moe': Megatron-Core refuses the pair ('disable moe in "
+                 "recompute_modules when enabling overlap_moe_expert_parallel_comm')")
+    if m.mtp_layers > 1:
+        p.append(f"moe_a2a_overlap=true with {m.mtp_layers} MTP layers: Megatron-Core refuses it ('MTP supports at "
+                 f"most one layer when enabling overlap_moe_expert_parallel_comm'); set mtp_num_layers to 0 or 1")
     return p
 
 

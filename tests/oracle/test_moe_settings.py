@@ -77,3 +77,16 @@ def test_the_op_fuser_grouped_mlp_refuses_what_megatron_core_asserts_against():
     with pytest.raises(InvalidConfigError, match="offload_modules expert_fc1, moe_act"):
         _run(offload_modules=["moe_act", "expert_fc1"], **kw)
     assert _run(offload_modules=["fused_group_mlp"], **kw).training.fused_grouped_mlp
+
+
+def test_the_all_to_all_overlap_refuses_what_megatron_core_asserts_against():
+    def run(**t):
+        return RunConfig.from_dict({"model": "deepseek-v3", "cluster": {"hardware": "gb200-nvl72", "num_gpus": 256},
+                                    "training": {"seq_len": 4096, "gbs": 4096, "pp": 4, "vpp": 4, "ep": 64,
+                                                 "pp_schedule": "interleaved", "moe_a2a_overlap": True, **t}},
+                                   check=False)
+    from oracle.legality import check
+    assert not [q for q in check(run()) if "moe_a2a_overlap" in q]
+    assert any("'disable moe in recompute_modules" in q
+               for q in check(run(recompute="selective", recompute_modules=["moe"])))
+    assert any("MTP supports at most one layer" in q for q in check(run(mtp_num_layers=2)))
