@@ -12,7 +12,8 @@ from oracle.pipeline.schedules import SCHEDULES, get_schedule
 if TYPE_CHECKING:  # annotations only: oracle.config calls check() (no import cycle)
     from collections.abc import Callable
 
-    from oracle.config import RunConfig
+    from oracle.config import RunConfig, TrainingConfig
+    from oracle.model_card import ModelCard
 
 
 def _divides(a: int, b: int) -> bool:
@@ -271,6 +272,36 @@ def _param_gather_problems(run: RunConfig) -> list[str]:
     return p
 
 
+def _layer_graph_problems(t: TrainingConfig, m: ModelCard, sc: list[str]) -> list[str]:
+    """Per-layer CUDA graphs (cuda_graph_impl local / transformer_engine): Megatron-Core 0.19.2 TransformerConfig's
+    assertions on the scopes and their company, its messages quoted."""
+    p = []
+    if "moe" in sc and "moe_router" in sc:
+        p.append("cuda_graph_scope lists moe and moe_router: Megatron-Core refuses it ('cuda_graph_modules must not "
+                 "contain both moe and moe_router')")
+    if t.cuda_graph_impl == "transformer_engine" and "moe_preprocess" in sc and "moe_router" not in sc:
+        p.append("cuda_graph_scope moe_preprocess without moe_router: Megatron-Core refuses it ('moe_preprocess cuda "
+                 "graph is only supported with moe_router cuda graph')")
+    if m.is_moe and "moe" in sc and not (t.moe_expert_capacity_factor is not None
+                                         and t.moe_pad_expert_input_to_capacity):
+        p.append("cuda_graph_scope moe needs drop-and-pad MoE (moe_expert_capacity_factor with "
+                 "moe_pad_expert_input_to_capacity=true): Megatron-Core refuses it otherwise ('moe cuda graph is only "
+                 "supported with drop-padding MoE')")
+    elif ("moe_preprocess" in sc and t.moe_a2a_backend == "alltoall" and t.moe_expert_capacity_factor is not None):
+        p.append("cuda_graph_scope moe_preprocess with the alltoall dispatcher and a capacity factor: Megatron-Core "
+                 "refuses it ('moe_preprocess cuda graph is not supported when there are DtoH copies and "
+                 "synchronizations in the preprocess step')")
+    if t.recompute == "full":
+        p.append(f"recompute=full with cuda_graph_impl={t.cuda_graph_impl}: Megatron-Core refuses it ('full "
+                 f"recompute is only supported with full iteration CUDA graph'); use cuda_graph_impl=full_iteration "
+                 f"or selective recompute")
+    elif (t.cuda_graph_impl == "transformer_engine" and "moe" in (t.recompute_modules or ())
+          and "moe_router" in sc):
+        p.append("recompute_modules 'moe' with cuda_graph_scope moe_router under cuda_graph_impl=transformer_engine: "
+                 "Megatron-Core refuses it ('moe recompute is not supported with moe_router CUDA graph')")
+    return p
+
+
 def _cuda_graph_problems(run: RunConfig) -> list[str]:
     """CUDA graphs: Megatron-Core's TransformerConfig checks of cuda_graph_impl / cuda_graph_scope, and the
     physics (a graph holds no device-to-host sync: a dropless MoE dispatcher cannot be captured)."""
@@ -293,6 +324,8 @@ def _cuda_graph_problems(run: RunConfig) -> list[str]:
             p.append(f"cuda_graph_impl=full_iteration captures the whole iteration: cuda_graph_scope must be empty, "
                      f"got {sc}")
         whole = {"full_iteration"}
+    else:
+        p += _layer_graph_problems(t, m, sc)
     kinds = set(m.layer_kinds)
     if "mlp" in sc and not kinds & {"dense", "mlp"}:
         p.append(f"cuda_graph_scope 'mlp' captures dense MLP layers; {m.name} has MoE layers only (use moe or "

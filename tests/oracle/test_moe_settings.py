@@ -90,3 +90,33 @@ def test_the_all_to_all_overlap_refuses_what_megatron_core_asserts_against():
     assert any("'disable moe in recompute_modules" in q
                for q in check(run(recompute="selective", recompute_modules=["moe"])))
     assert any("MTP supports at most one layer" in q for q in check(run(mtp_num_layers=2)))
+
+
+@pytest.mark.parametrize("training, message", [
+    (dict(recompute="full", cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn"]),
+     "full recompute is only supported with full iteration CUDA graph"),
+    (dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=["moe", "moe_router"],
+          moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True), "must not contain both moe and"),
+    (dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "moe_preprocess"]),
+     "only supported with moe_router cuda graph"),
+    (dict(recompute="selective", recompute_modules=["moe"], cuda_graph_impl="transformer_engine",
+          cuda_graph_scope=["attn", "moe_router"]), "moe recompute is not supported with moe_router CUDA graph"),
+    (dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=["moe"], moe_a2a_backend="hybridep",
+          moe_expert_rank_capacity_factor=1.5, fused_grouped_mlp=True, precision="fp8", fp8_recipe="mxfp8"),
+     "only supported with drop-padding MoE"),
+    (dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "moe_router", "moe_preprocess"],
+          moe_expert_capacity_factor=1.0), "DtoH copies and synchronizations in the preprocess step"),
+])
+def test_per_layer_cuda_graphs_refuse_what_megatron_core_asserts_against(training, message):
+    from oracle.legality import check
+    run = RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": "b200", "num_gpus": 8},
+                               "training": {"seq_len": 4096, "gbs": 512, "ep": 8, **training}}, check=False)
+    assert any(message in q for q in check(run)), check(run)
+
+
+def test_the_scopes_nvidias_moe_recipes_capture_stay_legal():
+    from oracle.legality import check
+    run = RunConfig.from_dict({"model": "qwen3-30b-a3b", "cluster": {"hardware": "b200", "num_gpus": 8},
+                               "training": {"seq_len": 4096, "gbs": 512, "ep": 8, "cuda_graph_impl": "transformer_engine",
+                                            "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]}})
+    assert not check(run)
