@@ -167,6 +167,7 @@ def check(run: RunConfig) -> list[str]:
     if t.moe_a2a_overlap:
         p += _a2a_overlap_problems(run)
     p += _cuda_graph_problems(run)
+    p += _graph_recompute_problems(run)
     p += _capacity_problems(run)
     p += _dispatcher_problems(run)
     p += _precision_feature_problems(run)
@@ -291,15 +292,24 @@ def _layer_graph_problems(t: TrainingConfig, m: ModelCard, sc: list[str]) -> lis
         p.append("cuda_graph_scope moe_preprocess with the alltoall dispatcher and a capacity factor: Megatron-Core "
                  "refuses it ('moe_preprocess cuda graph is not supported when there are DtoH copies and "
                  "synchronizations in the preprocess step')")
-    if t.recompute == "full":
-        p.append(f"recompute=full with cuda_graph_impl={t.cuda_graph_impl}: Megatron-Core refuses it ('full "
-                 f"recompute is only supported with full iteration CUDA graph'); use cuda_graph_impl=full_iteration "
-                 f"or selective recompute")
-    elif (t.cuda_graph_impl == "transformer_engine" and "moe" in (t.recompute_modules or ())
-          and "moe_router" in sc):
-        p.append("recompute_modules 'moe' with cuda_graph_scope moe_router under cuda_graph_impl=transformer_engine: "
-                 "Megatron-Core refuses it ('moe recompute is not supported with moe_router CUDA graph')")
     return p
+
+
+def _graph_recompute_problems(run: RunConfig) -> list[str]:
+    """Per-layer CUDA graphs with recomputation (Megatron-Core 0.19.2 TransformerConfig, its messages quoted). Apart
+    from :func:`_cuda_graph_problems`, which reads no parallel-layout field: see :data:`RULES`."""
+    t = run.training
+    if t.cuda_graph_impl not in ("local", "transformer_engine"):
+        return []
+    if t.recompute == "full":
+        return [f"recompute=full with cuda_graph_impl={t.cuda_graph_impl}: Megatron-Core refuses it ('full "
+                f"recompute is only supported with full iteration CUDA graph'); use cuda_graph_impl=full_iteration "
+                f"or selective recompute"]
+    if (t.cuda_graph_impl == "transformer_engine" and "moe" in (t.recompute_modules or ())
+            and "moe_router" in t.cuda_graph_scope):
+        return ["recompute_modules 'moe' with cuda_graph_scope moe_router under cuda_graph_impl=transformer_engine: "
+                "Megatron-Core refuses it ('moe recompute is not supported with moe_router CUDA graph')"]
+    return []
 
 
 def _cuda_graph_problems(run: RunConfig) -> list[str]:
