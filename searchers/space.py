@@ -51,8 +51,8 @@ point is legal; a rule that lets a flag rescue an otherwise illegal structure wo
 (none exists today). A flag combination illegal with the baseline's structure is tried on the other
 structures unless one of the oracle's rule groups (``oracle.legality.RULES``) refuses it having read no
 structure field: then none can make it legal (the software group's CUDA-graph scopes without a graph, FP8
-weight gathers in BF16), and the scan is skipped (Qwen3-30B-A3B on 8 B200 with the software group: 486,912
-points in ~10 s instead of ~60 s; the same points either way). Each check's verdict is memoised on the fields
+weight gathers in BF16), and the scan is skipped (Qwen3-30B-A3B on 8 B200 with the software group: ~425k
+points in ~12 s instead of ~60 s; the same points either way). Each check's verdict is memoised on the fields
 it read (``_ReadMemo``), so the combinations that differ only in fields legality did not look at are
 answered without it: Mixtral 8x22B on 32 GPUs (117,432 points) enumerates in ~4 s of CPU, ~3x faster than
 checking every combination.
