@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from oracle.cuda_graphs import full_iteration
 from oracle.errors import InvalidConfigError, clip
 from oracle.layout import Layout
 from oracle.model_card import MOE_KINDS
@@ -299,7 +300,7 @@ def _graph_recompute_problems(run: RunConfig) -> list[str]:
     """Per-layer CUDA graphs with recomputation (Megatron-Core 0.19.2 TransformerConfig, its messages quoted). Apart
     from :func:`_cuda_graph_problems`, which reads no parallel-layout field: see :data:`RULES`."""
     t = run.training
-    if t.cuda_graph_impl not in ("local", "transformer_engine"):
+    if t.cuda_graph_impl not in ("local", "transformer_engine") or full_iteration(t):  # a whole-iteration graph
         return []
     if t.recompute == "full":
         return [f"recompute=full with cuda_graph_impl={t.cuda_graph_impl}: Megatron-Core refuses it ('full "

@@ -120,3 +120,12 @@ def test_the_scopes_nvidias_moe_recipes_capture_stay_legal():
                                "training": {"seq_len": 4096, "gbs": 512, "ep": 8, "cuda_graph_impl": "transformer_engine",
                                             "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]}})
     assert not check(run)
+
+
+def test_full_recompute_runs_under_a_whole_iteration_graph_either_spelling():
+    from oracle.legality import check
+    for graph in (dict(cuda_graph_impl="full_iteration"),
+                  dict(cuda_graph_impl="local", cuda_graph_scope=["full_iteration"])):
+        run = RunConfig.from_dict({"model": "llama3.1-8b", "cluster": {"hardware": "h100-sxm", "num_gpus": 8},
+                                   "training": {"seq_len": 4096, "gbs": 64, "recompute": "full", **graph}}, check=False)
+        assert not [q for q in check(run) if "full recompute" in q], graph
