@@ -101,8 +101,8 @@ class Efficiency:
     (``training.moe_pad_expert_input_to_capacity``)."""
 
 
-FP8_ANY_LAYOUT_ARCHS = frozenset({"blackwell", "blackwell-ultra"})
-"""NVIDIA architectures (``arch``) of the data-centre Blackwell parts, sm_100 / sm_103 (HardwareProfile.fp8_any_layout)."""
+SM100_ARCHS = frozenset({"blackwell", "blackwell-ultra"})
+"""NVIDIA architectures (``arch``) of the data-centre Blackwell parts, sm_100 / sm_103 (HardwareProfile.sm100_class)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,7 +172,7 @@ class HardwareProfile:
     def sm100_class(self) -> bool:
         """An NVIDIA data-centre Blackwell part, compute capability 10.x (sm_100 / sm_103: B200, GB200, B300, GB300):
         what Transformer Engine's Blackwell-only kernels check for (``get_device_compute_capability()[0] == 10``)."""
-        return self.vendor.lower() == "nvidia" and self.arch in FP8_ANY_LAYOUT_ARCHS
+        return self.vendor.lower() == "nvidia" and self.arch in SM100_ARCHS
 
     @property
     def fp8_any_layout(self) -> bool:

@@ -306,8 +306,8 @@ def _graph_recompute_problems(run: RunConfig) -> list[str]:
         return [f"recompute=full with cuda_graph_impl={t.cuda_graph_impl}: Megatron-Core refuses it ('full "
                 f"recompute is only supported with full iteration CUDA graph'); use cuda_graph_impl=full_iteration "
                 f"or selective recompute"]
-    if (t.cuda_graph_impl == "transformer_engine" and "moe" in (t.recompute_modules or ())
-            and "moe_router" in t.cuda_graph_scope):
+    if t.cuda_graph_impl == "transformer_engine" and "moe" in t.recomputed_modules and (
+            "moe_router" in t.cuda_graph_scope):
         return ["recompute_modules 'moe' with cuda_graph_scope moe_router under cuda_graph_impl=transformer_engine: "
                 "Megatron-Core refuses it ('moe recompute is not supported with moe_router CUDA graph')"]
     return []
@@ -610,7 +610,7 @@ def _a2a_overlap_problems(run: RunConfig) -> list[str]:
     if t.moe_shared_expert_overlap:
         p.append("moe_a2a_overlap=true with moe_shared_expert_overlap=true: Megatron-Core refuses the pair ('disable "
                  "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm'); set one of them false")
-    if "moe" in (t.recompute_modules or ()):
+    if "moe" in t.recomputed_modules:
         p.append("moe_a2a_overlap=true with recompute_modules 'moe': Megatron-Core refuses the pair ('disable moe in "
                  "recompute_modules when enabling overlap_moe_expert_parallel_comm')")
     if m.mtp_layers > 1:

@@ -163,7 +163,7 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     from oracle.config import RunConfig, non_default_training
     from oracle.recipe import show_value
     from raytune_primus.bridge_recipes import load_recipe_config
-    from searchers.derive import parse_allow
+    from searchers.derive import parse_allow, set_key
     from searchers.space import SOFTWARE
     cfg = load_recipe_config(name)
     run = RunConfig.from_dict(cfg, where=name)
@@ -176,21 +176,21 @@ def bridge_recipe_into(args: argparse.Namespace) -> None:
     args.seq_len, args.gbs, args.precision = t.seq_len, t.gbs, t.precision
     # the recipe's software settings are held (its dispatcher, CUDA graphs, overlaps, fused kernels, FP8 options);
     # what the derived space searches stays free: the layout, micro-batch, recompute, schedule and sharding
-    held = {x.split("=", 1)[0].strip().removeprefix("training.") for x in args.set or []}
-    args._user_sets = list(args.set or [])
+    user_sets = list(args.set or [])
+    held = {set_key(x) for x in user_sets}
     searched = set(RECIPE_SEARCHED)
-    software = "software" in parse_allow(getattr(args, "allow", None))
+    allow = parse_allow(getattr(args, "allow", None))
+    software = "software" in allow
     if software:  # --allow software: the recipe's software settings are where the search starts, not held
         searched |= {*SOFTWARE, "delay_wgrad_compute"}  # the latter then follows moe_a2a_overlap (its default)
     elif t.moe_a2a_backend not in ("alltoall", "deepep"):  # a dispatcher the space's axis does not list: held
         searched.discard("moe_a2a_backend")
     recipe = {k: v for k, v in sorted(non_default_training(t).items()) if k not in held and v is not None}
-    args.set = [*(args.set or []), *(f"{k}={show_value(v)}" for k, v in recipe.items() if k not in searched)]
+    args.set = [*user_sets, *(f"{k}={show_value(v)}" for k, v in recipe.items() if k not in searched)]
     args._bridge_starts = [f"{k}={show_value(v)}" for k, v in recipe.items() if software and k in SOFTWARE]
     if software:
-        user = [f"--set {s}" for s in (getattr(args, "_user_sets", None) or [])]
-        args._bridge_command = " ".join(["raytune-primus experiments init --bridge-recipe", name, *user,
-                                         "--allow", ",".join(parse_allow(args.allow))])
+        args._bridge_command = " ".join(["raytune-primus experiments init --bridge-recipe", name,
+                                         *(f"--set {s}" for s in user_sets), "--allow", ",".join(allow)])
     args._bridge_applied = True
 
 

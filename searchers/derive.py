@@ -115,6 +115,11 @@ def default_schedules() -> list[str]:
     return [n for n, s in SCHEDULES.items() if s.searched_by_default]
 
 
+def set_key(setting: str) -> str:
+    """The training key a ``KEY=VALUE`` / ``training.KEY=VALUE`` setting names (``cluster.memory_margin`` as written)."""
+    return setting.split("=", 1)[0].strip().removeprefix("training.")
+
+
 def parse_allow(text: str | Sequence[str] | None) -> list[str]:
     """``precision,token_drop`` (or a list) as ``allow`` groups (numerics groups, ``software``); one-line error
     naming an unknown one."""
@@ -206,15 +211,14 @@ def derive_spec(*, model: str, hardware: str, num_gpus: int, seq_len: int, gbs: 
                                      f"cluster.memory_margin may be set; the model and the cluster have their own flags")
     data = apply_overrides({"model": model, "cluster": {"hardware": hardware, "num_gpus": num_gpus},
                             "training": training}, [*starts, *sets])
-    held = {s.split("=", 1)[0].strip().removeprefix("training.") for s in sets}  # pinned; starts are searched
+    held = {set_key(s) for s in sets}  # pinned; starts are searched
     pins = {k: v for k, v in data["training"].items() if k not in ("seq_len", "gbs", "precision") and k in held}
     template = RunConfig.from_dict(data, where="derived", check=False)
     pins = {k: getattr(template.training, k) for k in pins}  # coerced ('8' -> 8) and checked by from_dict
     restrict = {"pp_schedule": default_schedules()} if "pp_schedule" not in pins else {}
     space = SearchSpace(template, pins=pins, restrict=restrict, allow=allow)
-    started = {s.split("=", 1)[0].strip().removeprefix("training.") for s in starts}
-    run, peak, cap, tried = starting_point(space, evaluator, {k: getattr(template.training, k) for k in started
-                                                              if k in space.axes})
+    run, peak, cap, tried = starting_point(space, evaluator, {k: getattr(template.training, k)
+                                                              for k in map(set_key, starts) if k in space.axes})
     t = run.training
     framework = FRAMEWORK_DEFAULTS.get(t.framework, {})
     plain = to_dict(t)

@@ -409,16 +409,14 @@ class SearchSpace:
         """Some rule group of the oracle's (``oracle.legality.RULES``, each applied by every check) refuses these
         settings having read none of the ``structural`` fields: then no structure can make them legal (the check is
         a deterministic function of the fields it reads), and the enumeration need not try each one."""
-        kw = {**t_kwargs, **self._layout_for(t_kwargs["pp"], t_kwargs["vpp"])}
         try:
-            t = _ReadTracked(**kw)
+            t = _ReadTracked.of({**t_kwargs, **self._layout_for(t_kwargs["pp"], t_kwargs["vpp"])})
         except TypeError:
             return False
-        object.__setattr__(t, "_reads", {})
         run = RunConfig(model=self.baseline.model, cluster=self.baseline.cluster, training=t)
         for rule in LEGALITY_RULES:
-            object.__setattr__(t, "_reads", {})
-            if rule(run) and not structural & set(object.__getattribute__(t, "_reads")):
+            t.forget()
+            if rule(run) and not structural & set(t.reads()):
                 return True
         return False
 
@@ -448,15 +446,12 @@ class SearchSpace:
             # a flag combination legal with the baseline's structure, or else with some legal structure: pinned
             # settings can need a structure the baseline does not have (EP > 1 for an all-to-all overlap, HybridEP's
             # static budget). Every bundled experiment's space lists the same points either way.
-            fd = dict(zip(f_axes, f))
-            if self._legal_kwargs({**base, **fd}, canonical=False):
+            kw = {**base, **dict(zip(f_axes, f))}
+            if self._legal_kwargs(kw, canonical=False):
                 return True
-            reads = self._verdicts.last_reads  # the verdict read no searched structure field: none can change it
-            if reads is not None and not structural & set(reads):
+            if self._refused_by_a_flag_rule(kw, structural):
                 return False
-            if self._refused_by_a_flag_rule({**base, **fd}, structural):
-                return False
-            kw = {**base, **fd}  # what no structure makes canonical (the dispatcher's ep rule aside) is not scanned
+            # what no structure makes canonical (the dispatcher's ep rule aside) is not scanned
             if (kw["moe_sync_free"] and kw["moe_a2a_backend"] != "deepep") or (
                     kw["fsdp"] and kw["use_distributed_optimizer"]):
                 return False
@@ -603,6 +598,21 @@ class SearchSpace:
 class _ReadTracked(TrainingConfig):
     """A TrainingConfig that records which fields are read (and their values): see :class:`_ReadMemo`."""
 
+    @classmethod
+    def of(cls, kw: Mapping[str, Any]) -> _ReadTracked:
+        """The config of the training values ``kw``, recording from now on."""
+        t = cls(**kw)
+        t.forget()
+        return t
+
+    def forget(self) -> None:
+        """Record afresh: what is read from now on."""
+        object.__setattr__(self, "_reads", {})
+
+    def reads(self) -> dict[str, Any]:
+        """The fields read since :meth:`of` / :meth:`forget`, with their values."""
+        return object.__getattribute__(self, "_reads")
+
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
         if name in _FIELD_SET:
@@ -629,8 +639,6 @@ class _ReadMemo:
         """(names, an itemgetter of their values as a tuple, the group's verdicts), per group: the lookup's loop."""
         self.hits = 0
         self.misses = 0
-        self.last_reads: tuple[str, ...] | None = None
-        """The fields the last verdict depended on (None: unknown, the memo was bypassed)."""
 
     def legal(self, kw: dict[str, Any], check: Any) -> bool:
         try:
@@ -638,16 +646,13 @@ class _ReadMemo:
                 hit = verdicts.get(get(kw))
                 if hit is not None:
                     self.hits += 1
-                    self.last_reads = names
                     return hit
         except TypeError:  # an unhashable value: checked without the memo
-            self.last_reads = None
             return bool(check(TrainingConfig(**kw)))
         self.misses += 1
-        t = _ReadTracked(**kw)
-        object.__setattr__(t, "_reads", {})
+        t = _ReadTracked.of(kw)
         verdict = bool(check(t))
-        reads = object.__getattribute__(t, "_reads")
+        reads = t.reads()
         names = tuple(sorted(reads))
         if names not in self.groups:
             self.groups[names] = {}
@@ -655,5 +660,4 @@ class _ReadMemo:
             get = one if len(names) != 1 else (lambda kw, _g=one: (_g(kw),))  # always a tuple
             self._getters.append((names, get, self.groups[names]))
         self.groups[names][tuple(reads[n] for n in names)] = verdict
-        self.last_reads = names
         return verdict
