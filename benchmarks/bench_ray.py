@@ -2,7 +2,11 @@
 
     .venv/bin/python benchmarks/bench_ray.py [--experiment llama3.1-70b-h100-64] [--points 20000] [--budget 30]
 
-1. Bulk scoring of the same candidates (pre-filter + projection, the real simulate oracle; by default every
+1. The exhaustive optimum (``compare --driver ray``'s): the branch and bound in-process (forked processes over
+   every core) against ``sweep_optimum`` on a ScoringPool with 1 and 2 workers (memory checks and bounds on
+   the actors, projections best bound first), in points/s of the whole space, each checked equal to
+   in-process; run first, so every process starts with cold caches (the in-process forks inherit this one's).
+2. Bulk scoring of the same candidates (pre-filter + projection, the real simulate oracle; by default every
    legal point of the space, up to --points, each with its derived pipeline layout): in-process (with the
    command line's bulk process settings, as the scorer actors have them), then a ScoringPool with 1 and 2
    workers (batches of at most --batch, --in-flight calls queued per actor), and 2 workers fed one candidate
@@ -10,7 +14,7 @@
    in evaluations/s (cold, median warm and the warm range) and as a ratio to in-process, with the load
    average after each path and the CPU seconds the pool's actors and the driver used (the work, whatever
    the load: 2 workers reach 2x on two idle cores only if it does not grow).
-2. The Tune path: a --budget trial search (random searcher) as Ray Tune trials, one at a time, against
+3. The Tune path: a --budget trial search (random searcher) as Ray Tune trials, one at a time, against
    the same search in-process; the fixed cost of a ``tuner.fit()`` (actors, Tune start-up, first trial
    actor) and the steady per-trial wall time, with the ratio per-trial / in-process-per-candidate.
 
@@ -71,6 +75,29 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
     return rows
 
 
+def optimum(exp) -> list[tuple[str, float, int]]:
+    """(path, seconds, points projected) of the exact optimum: in-process, then on pools of 1 and 2 workers."""
+    from raytune_primus.pool import ScoringPool
+    from raytune_primus.tuner import sweep_optimum
+    from searchers.driver import _OPTIMA, exhaustive_optimum
+    from searchers.evaluator import OracleEvaluator
+
+    ev = OracleEvaluator("simulate")
+    _OPTIMA.clear()
+    t = time.perf_counter()
+    ref = exhaustive_optimum(exp.space, ev, jobs=0)
+    rows = [("in-process (forked, every core)", time.perf_counter() - t, ref["projected"])]
+    keys = ("tokens_per_s_per_gpu", "point", "scored", "upper_bound_tokens_per_s_per_gpu")
+    for workers in (1, 2):
+        with ScoringPool(ev, exp.space.baseline, num_actors=workers) as pool:
+            t = time.perf_counter()
+            got = sweep_optimum(pool, exp.space)
+            rows.append((f"pool, {workers} worker{'s' if workers > 1 else ''}", time.perf_counter() - t,
+                         got["projected"]))
+        assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}, "pool optimum differs from in-process"
+    return rows
+
+
 def tune_overhead(exp, budget: int) -> dict[str, float]:
     from raytune_primus.tuner import run_tune
     from searchers.driver import run_search
@@ -117,9 +144,15 @@ def main() -> int:
     init_ray("local", num_cpus=args.cpus)
     print(f"embedded Ray up in {time.perf_counter() - t:.1f} s ({os.cpu_count()} cores here, load average "
           f"{os.getloadavg()[0]:.1f} before the run); experiment {exp.name}, {exp.space.size} legal points")
+    rows = optimum(exp)
+    print(f"\n1. exhaustive optimum (branch and bound) over the {exp.space.size:,} points, equal on every path; first, on cold caches")
+    print(f"   {'path':<32} {'wall s':>7} {'points/s':>10} {'projected':>10}   vs in-process")
+    for name, wall, projected in rows:
+        print(f"   {name:<32} {wall:7.2f} {exp.space.size / wall:10,.0f} {projected:10,}   x{rows[0][1] / wall:.2f}")
+    print(f"   2 workers vs 1 worker: x{rows[1][1] / rows[2][1]:.2f}")
     from raytune_primus.pool import DEFAULT_IN_FLIGHT
     in_flight = DEFAULT_IN_FLIGHT if args.in_flight is None else args.in_flight
-    print(f"\n1. bulk scoring, {args.points} candidates (memory pre-filter + simulate projection), evals/s; "
+    print(f"\n2. bulk scoring, {args.points} candidates (memory pre-filter + simulate projection), evals/s; "
           f"{in_flight} call(s) in flight per actor")
     rows = bulk(exp, args.points, args.batch, in_flight, args.warm_passes)
     med = statistics.median
@@ -137,7 +170,7 @@ def main() -> int:
     if args.budget <= 0:
         return 0
     o = tune_overhead(exp, args.budget)
-    print(f"\n2. Tune path, {args.budget} trials one at a time (reuse_actors=True)")
+    print(f"\n3. Tune path, {args.budget} trials one at a time (reuse_actors=True)")
     print(f"   fixed cost of a fit (actors, Tune, first trial actor)  {o['fixed_s']:.1f} s")
     print(f"   steady wall time per trial                            {1e3 * o['per_trial_s']:.0f} ms")
     print(f"   in-process time per candidate                          {1e3 * o['inprocess_per_candidate_s']:.1f} ms")

@@ -129,6 +129,24 @@ class Scorer:
         base = self._base_training
         return [pack_result(d, v, base) for d, v in zip(self.memory_batch(batch), batch)]
 
+    def bounds_batch(self, batch: Sequence[Mapping[str, Any]]) -> list[float | None]:
+        """The first phase of a branch-and-bound sweep over a batch (``searchers.driver.memory_and_bounds``): per
+        candidate None where it cannot be built or does not fit, else its throughput bound (``math.inf`` where
+        there is none). A float per candidate crosses the wire, not a result."""
+        from searchers.driver import memory_and_bounds
+
+        self.calls += len(batch)
+        out: list[float | None] = [None] * len(batch)
+        runs, where = [], []
+        for i, v in enumerate(batch):
+            run = self._run(v)[0]
+            if run is not None:
+                runs.append(run)
+                where.append(i)
+        for i, b in zip(where, memory_and_bounds(self._memory_evaluator(), self.evaluator.throughput_bound, runs)):
+            out[i] = b
+        return out
+
     def serve(self, values: Mapping[str, Any], prefilter: bool = False) -> dict[str, Any]:
         """:meth:`score` plus 'worker': where it ran (node, pid, GPU ids), for the trial's metrics."""
         out = self.score(values, prefilter=prefilter)

@@ -440,6 +440,20 @@ class ScoringPool:
         """Pre-filter verdicts: None where a candidate fits under the memory cap, else its result."""
         return self._scored("memory_packed", list(candidates))
 
+    def bounds(self, candidates: Sequence[Mapping[str, Any]]) -> list[float | None]:
+        """Per candidate: None where it does not fit (or cannot be built), else the evaluator's throughput bound
+        (``math.inf`` where it has none, or where the actors scoring it kept dying: it is then projected, and
+        fails there as it would): the first phase of :func:`~raytune_primus.tuner.sweep_optimum`'s branch
+        and bound, batched and sharded as :meth:`score` is."""
+        order, batches, prefer = self.plan(list(candidates))
+        flat = self._dispatch(lambda a, b: a.bounds_batch.remote(list(b)), batches, splittable=True,
+                              on_failure=lambda item, reason: [math.inf] * len(item), prefer=prefer,
+                              depth=self.in_flight)
+        out: list[float | None] = [None] * len(order)
+        for i, b in zip(order, flat):
+            out[i] = b
+        return out
+
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
         """(best scored result over every legal point of ``space``, number of points that fit)."""
         results = self.evaluate(list(space.iter_values()))

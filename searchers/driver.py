@@ -16,7 +16,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,38 +228,70 @@ def cpu_jobs(jobs: int | None) -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _bound_range(rng: tuple[int, int]) -> tuple[list[tuple[float, int]], list[float]]:
-    """Memory check and throughput bound of points ``lo..hi-1`` of the space (in order): the candidates
-    ``(-bound, index)`` of the fitting ones and their finite bounds."""
-    space, evaluator, bound = _BOUND_STATE["space"], _BOUND_STATE["evaluator"], _BOUND_STATE["bound"]
-    order = space.points
-    cands: list[tuple[float, int]] = []
-    finite: list[float] = []
-    lo, hi = rng
-    runs = [space.run_of(order[i]) for i in range(lo, hi)]
+def memory_and_bounds(evaluator: Evaluator, bound: Any, runs: Sequence[Any]) -> list[float | None]:
+    """The first phase of a branch and bound, per run: None where the memory check rejects it, else its
+    throughput bound (``math.inf`` where ``bound`` has none for it: it must be projected). In-process
+    (:func:`_bound_range`) and on a Ray pool's actors (``raytune_primus.actors.Scorer.bounds_batch``) alike."""
     verdicts: list[Any] = []
     for j in range(0, len(runs), SWEEP_BATCH):
         chunk = runs[j:j + SWEEP_BATCH]
         verdicts += memory_results(evaluator, chunk, [""] * len(chunk))
-    for i, run, rejected in zip(range(lo, hi), runs, verdicts):
+    out: list[float | None] = []
+    for run, rejected in zip(runs, verdicts):
         if rejected is not None:
+            out.append(None)
             continue
         try:
-            b = float(bound(run))
+            out.append(float(bound(run)))
         except Exception as exc:  # noqa: BLE001 - no bound for this point: it must be projected
-            log.debug("no throughput bound for %s: %s", order[i], exc)
-            b = math.inf
-        if math.isfinite(b):
-            finite.append(b)
-        cands.append((-b, i))
-    return cands, finite
+            log.debug("no throughput bound for %s: %s", run.key(), exc)
+            out.append(math.inf)
+    return out
+
+
+def _bound_range(rng: tuple[int, int]) -> list[float | None]:
+    """:func:`memory_and_bounds` of points ``lo..hi-1`` of the space (in order)."""
+    space, evaluator, bound = _BOUND_STATE["space"], _BOUND_STATE["evaluator"], _BOUND_STATE["bound"]
+    order = space.points
+    lo, hi = rng
+    return memory_and_bounds(evaluator, bound, [space.run_of(order[i]) for i in range(lo, hi)])
+
+
+def best_by_bound(bounds: Sequence[float | None], project: Callable[[list[int]], Sequence[float | None]],
+                  block: int = BNB_BATCH) -> tuple[float | None, int | None, int, int, float | None]:
+    """The second phase of a branch and bound: ``bounds[i]`` is point i's throughput bound (None: it does not
+    fit); ``project(indices)`` gives their projected values (None: no value). Points are projected ``block`` at a
+    time, best bound first, skipping those whose bound is below the best value so far, until the next bound is
+    below it. Exact whatever ``block`` (a skipped or unprojected point's value is at most its bound, below the
+    best); ties go to the lowest index, as in a plain sweep. Returns (best value, its index, candidates (points
+    that fit), points projected, the largest bound where every candidate has a finite one, else None)."""
+    cands = sorted((-b, i) for i, b in enumerate(bounds) if b is not None)
+    best: float | None = None
+    best_i: int | None = None
+    projected = 0
+    k = 0
+    while k < len(cands):
+        if best is not None and -cands[k][0] < best:
+            break
+        todo = [i for neg_b, i in cands[k:k + block] if best is None or -neg_b >= best]
+        k += block
+        projected += len(todo)
+        for i, v in zip(todo, project(todo)):
+            if v is None:
+                continue
+            if best is None or v > best or (v == best and best_i is not None and i < best_i):
+                best, best_i = v, i
+    finite = [-nb for nb, _ in cands if math.isfinite(nb)]
+    top = max(finite) if cands and len(finite) == len(cands) else None
+    return best, best_i, len(cands), projected, top
 
 
 def _branch_and_bound(space: SearchSpace, evaluator: Evaluator,
                       bound: Any, jobs: int = 1) -> tuple[float | None, tuple | None, int, dict[str, Any]]:
     """Exact best point of ``space``: memory-check every point, bound every fitting one
     (``evaluator.throughput_bound``, provable), project them best bound first and stop at the first bound
-    below the best projected value (ties go to the first point in space order, as in the plain sweep).
+    below the best projected value (ties go to the first point in space order, as in the plain sweep):
+    :func:`memory_and_bounds` then :func:`best_by_bound`.
     ``jobs`` > 1: the memory checks and bounds (the bulk of the work) run in that many forked processes over
     contiguous ranges of the points, concatenated in order, so the candidates, and the result, are the
     same as in one process."""
@@ -279,30 +311,17 @@ def _branch_and_bound(space: SearchSpace, evaluator: Evaluator,
             parts = [_bound_range((0, n))]
     finally:
         _BOUND_STATE.clear()
-    cands = [c for part, _ in parts for c in part]
-    finite = [b for _, part in parts for b in part]
+    bounds = [b for part in parts for b in part]
     t1 = time.perf_counter()
-    cands.sort()
-    best: float | None = None
-    best_i: int | None = None
-    projected = 0
-    k = 0
-    while k < len(cands):
-        if best is not None and -cands[k][0] < best:
-            break
-        block = [i for neg_b, i in cands[k:k + BNB_BATCH] if best is None or -neg_b >= best]
-        k += BNB_BATCH
-        results = score_results(evaluator, [space.run_of(order[i]) for i in block], [""] * len(block))
-        projected += len(block)
-        for i, res in zip(block, results):
-            if res.value is None:
-                continue
-            if best is None or res.value > best or (res.value == best and best_i is not None and i < best_i):
-                best, best_i = res.value, i
+
+    def project(block: list[int]) -> list[float | None]:
+        return [r.value for r in score_results(evaluator, [space.run_of(order[i]) for i in block], [""] * len(block))]
+
+    best, best_i, fitting, projected, top = best_by_bound(bounds, project)
     extra = {"method": "branch-and-bound", "projected": projected, "jobs": jobs,
              "phase_wall_s": {"memory_and_bounds": t1 - t0, "projections": time.perf_counter() - t1},
-             "upper_bound_tokens_per_s_per_gpu": max(finite) if len(finite) == len(cands) and finite else None}
-    return best, (order[best_i] if best_i is not None else None), len(cands), extra
+             "upper_bound_tokens_per_s_per_gpu": top}
+    return best, (order[best_i] if best_i is not None else None), fitting, extra
 
 
 def _costly_schedules() -> frozenset[str]:

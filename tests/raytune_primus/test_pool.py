@@ -70,6 +70,36 @@ def test_sweep_optimum_equals_the_in_process_exhaustive_optimum(cluster, small):
     assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
 
 
+def test_sweep_optimum_runs_the_branch_and_bound_on_the_pool(cluster):
+    """With the real oracle (a throughput bound) the pool's sweep is the in-process branch and bound, its
+    memory checks and bounds on the actors: the same optimum, point, candidate count and bound, and only
+    a few projections; ``ScoringPool.bounds`` gives each candidate's memory verdict and bound as in-process."""
+    from raytune_primus.pool import ScoringPool
+    from raytune_primus.tuner import sweep_optimum
+    from searchers.driver import _OPTIMA, exhaustive_optimum
+    from searchers.evaluator import OracleEvaluator, memory_result
+    from searchers.experiment import load_experiment
+
+    exp = load_experiment("llama3.1-70b-h100-64").with_changes(  # 4,752 points, about half over the cap
+        name="llama70b-bnb", restrict={"tp": [2, 4, 8], "pp": [2, 4, 8], "mbs": [1, 2, 4]}, pins={})
+    ev = OracleEvaluator("simulate")
+    _OPTIMA.clear()
+    ref = exhaustive_optimum(exp.space, ev, jobs=1)
+    _OPTIMA.clear()
+    some = exp.space.points[::37]
+    with ScoringPool(ev, exp.space.baseline, num_actors=2) as pool:
+        got = sweep_optimum(pool, exp.space)
+        bounds = pool.bounds([exp.space.values_of(p) for p in some])
+    keys = ("tokens_per_s_per_gpu", "space_size", "scored", "point", "config", "method",
+            "upper_bound_tokens_per_s_per_gpu")
+    assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
+    assert got["method"] == "branch-and-bound" and got["actors"] == 2
+    assert 0 < got["projected"] < got["scored"] / 10
+    expected = [None if memory_result(ev, r, "") is not None else ev.throughput_bound(r)
+                for r in (exp.space.run_of(p) for p in some)]
+    assert bounds == expected and any(b is None for b in bounds) and any(b is not None for b in bounds)
+
+
 def _square(x: int) -> int:
     return x * x
 

@@ -5,6 +5,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oracle.errors import InvalidConfigError
 from searchers import driver
@@ -80,6 +82,38 @@ def test_branch_and_bound_over_processes_equals_one_process(monkeypatch):
         assert out["jobs"] == driver.cpu_jobs(jobs)
     _OPTIMA.clear()
     assert outs[0] == outs[1] == outs[2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.tuples(st.integers(0, 20), st.integers(0, 5), st.booleans(),
+                                                   st.booleans())), max_size=60),
+       st.integers(1, 70))
+def test_best_by_bound_is_exact_whatever_the_block(points, block):
+    """best_by_bound's optimum, its (lowest-index) tie order, candidate count and bound equal a brute-force
+    sweep's for any block size: values at most their bounds (equal where the bound is tight), some points
+    without a value (over the cap after the full projection) or without a finite bound."""
+    bounds, values = [], []
+    for p in points:
+        if p is None:  # does not fit
+            bounds.append(None)
+            values.append(None)
+            continue
+        value, slack, no_value, no_bound = p
+        bounds.append(math.inf if no_bound else float(value + slack))
+        values.append(None if no_value else float(value))
+    asked: list[int] = []
+
+    def project(idx):
+        asked.extend(idx)
+        return [values[i] for i in idx]
+
+    best, best_i, fitting, projected, top = driver.best_by_bound(bounds, project, block)
+    scored = [(v, -i) for i, v in enumerate(values) if v is not None]
+    assert (best, best_i) == ((max(scored)[0], -max(scored)[1]) if scored else (None, None))
+    assert fitting == sum(b is not None for b in bounds)
+    assert projected == len(asked) == len(set(asked)) and all(bounds[i] is not None for i in asked)
+    finite = [b for b in bounds if b is not None]
+    assert top == (max(finite) if finite and all(math.isfinite(b) for b in finite) else None)
 
 
 def test_optimum_is_cached_on_disk_by_space_and_oracle(tmp_path):
