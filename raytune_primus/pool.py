@@ -17,7 +17,7 @@ Results are exactly what the in-process path computes (the same ``memory_result`
 
     with ScoringPool(OracleEvaluator(), space.baseline) as pool:
         results = pool.evaluate(list(space.iter_values()))      # pre-filter, then score
-        best = pool.optimum(space)                              # the exhaustive optimum
+        best = pool.optimum(space)                              # the exhaustive optimum (branch and bound)
 
 Faults (issue 13): an actor that dies in the middle of a batch (its process killed, its node lost)
 is dropped and replaced by a fresh one (up to ``max_replacements``), and its batch goes back in the
@@ -455,16 +455,16 @@ class ScoringPool:
         return out
 
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
-        """(best scored result over every legal point of ``space``, number of points that fit)."""
-        results = self.evaluate(list(space.iter_values()))
-        best: TrialResult | None = None
-        fitting = 0
-        for r in results:
-            if r.status == "ok":
-                fitting += 1
-                if best is None or (r.value or 0.0) > (best.value or 0.0):
-                    best = r
-        return best, fitting
+        """(the best scored result over every legal point of ``space``, the points that fit):
+        :func:`~raytune_primus.tuner.sweep_optimum` on this pool (a branch and bound where the evaluator has a
+        throughput bound), its best point's result scored again here."""
+        from raytune_primus.tuner import sweep_optimum
+
+        out = sweep_optimum(self, space)
+        if out["point"] is None:
+            return None, out["scored"]
+        (best,) = self.score([space.values_of(out["point"])])
+        return best, out["scored"]
 
     # ------------------------------------------------------------------ placement and lifetime
     def placement(self) -> list[dict[str, Any]]:

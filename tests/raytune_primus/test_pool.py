@@ -90,11 +90,13 @@ def test_sweep_optimum_runs_the_branch_and_bound_on_the_pool(cluster):
     with ScoringPool(ev, exp.space.baseline, num_actors=2) as pool:
         got = sweep_optimum(pool, exp.space)
         bounds = pool.bounds([exp.space.values_of(p) for p in some])
+        best, fitting = pool.optimum(exp.space)
     keys = ("tokens_per_s_per_gpu", "space_size", "scored", "point", "config", "method",
             "upper_bound_tokens_per_s_per_gpu")
     assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
     assert got["method"] == "branch-and-bound" and got["actors"] == 2
     assert 0 < got["projected"] < got["scored"] / 10
+    assert best.value == ref["tokens_per_s_per_gpu"] and best.training == ref["config"] and fitting == ref["scored"]
     expected = [None if memory_result(ev, r, "") is not None else ev.throughput_bound(r)
                 for r in (exp.space.run_of(p) for p in some)]
     assert bounds == expected and any(b is None for b in bounds) and any(b is not None for b in bounds)
