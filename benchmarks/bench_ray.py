@@ -78,7 +78,7 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
 def optimum(exp) -> list[tuple[str, float, int]]:
     """(path, seconds, points projected) of the exact optimum: in-process, then on pools of 1 and 2 workers."""
     from raytune_primus.pool import ScoringPool
-    from raytune_primus.tuner import sweep_optimum
+    from raytune_primus.pool import sweep_optimum
     from searchers.driver import _OPTIMA, exhaustive_optimum
     from searchers.evaluator import OracleEvaluator
 

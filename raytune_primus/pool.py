@@ -443,7 +443,7 @@ class ScoringPool:
     def bounds(self, candidates: Sequence[Mapping[str, Any]]) -> list[float | None]:
         """Per candidate: None where it does not fit (or cannot be built), else the evaluator's throughput bound
         (``math.inf`` where it has none, or where the actors scoring it kept dying: it is then projected, and
-        fails there as it would): the first phase of :func:`~raytune_primus.tuner.sweep_optimum`'s branch
+        fails there as it would): the first phase of :func:`sweep_optimum`'s branch
         and bound, batched and sharded as :meth:`score` is."""
         order, batches, prefer = self.plan(list(candidates))
         flat = self._dispatch(lambda a, b: a.bounds_batch.remote(list(b)), batches, splittable=True,
@@ -456,10 +456,8 @@ class ScoringPool:
 
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
         """(the best scored result over every legal point of ``space``, the points that fit):
-        :func:`~raytune_primus.tuner.sweep_optimum` on this pool (a branch and bound where the evaluator has a
+        :func:`sweep_optimum` on this pool (a branch and bound where the evaluator has a
         throughput bound), its best point's result scored again here."""
-        from raytune_primus.tuner import sweep_optimum
-
         out = sweep_optimum(self, space)
         if out["point"] is None:
             return None, out["scored"]
@@ -494,3 +492,46 @@ def score_in_process(evaluator: Any, baseline: RunConfig, candidates: Sequence[M
 
     s = Scorer(evaluator, baseline)
     return [result_from_dict(d) for d in s.score_batch(candidates, prefilter)]
+
+
+def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:
+    """The exhaustive optimum of ``space`` scored on a ScoringPool, in the shape of
+    :func:`searchers.driver.exhaustive_optimum` (first point wins ties, as there). An evaluator with
+    ``throughput_bound`` (the real oracle) is swept by the same branch and bound, its memory checks and bounds
+    (the bulk of the work) on the pool's actors and its projections, best bound first, too
+    (``searchers.driver.best_by_bound``): the same optimum, candidate count and bound as in-process; else
+    every point is scored."""
+    from searchers.driver import BNB_BATCH, best_by_bound
+
+    t0 = time.perf_counter()
+    points = space.points
+    values = [space.values_of(p) for p in points]  # with each point's derived layout
+    if callable(getattr(pool.evaluator, "throughput_bound", None)):
+        bounds = pool.bounds(values)
+        t1 = time.perf_counter()
+
+        def project(block: list[int]) -> list[float | None]:
+            return [r.value for r in pool.score([values[i] for i in block])]
+
+        # a block per round that keeps every actor busy: the result does not depend on it
+        best, best_i, fitting, projected, top = best_by_bound(bounds, project, max(BNB_BATCH, len(pool.actors)))
+        extra: dict[str, Any] = {
+            "method": "branch-and-bound", "projected": projected, "actors": len(pool.actors),
+            "phase_wall_s": {"memory_and_bounds": t1 - t0, "projections": time.perf_counter() - t1},
+            "upper_bound_tokens_per_s_per_gpu": top}
+    else:
+        results = pool.evaluate(values)
+        best, best_i, fitting = None, None, 0
+        for i, r in enumerate(results):
+            v = r.value
+            if v is None:
+                continue
+            fitting += 1
+            if best is None or v > best:
+                best, best_i = v, i
+        extra = {"method": "sweep"}
+    p = points[best_i] if best_i is not None else None
+    return {"tokens_per_s_per_gpu": best, "space_size": len(points), "scored": fitting,
+            "point": dict(zip(space.axes, p)) if p is not None else None,
+            "config": space.run_of(p).to_dict()["training"] if p is not None else None,
+            "wall_s": time.perf_counter() - t0, **extra}

@@ -46,6 +46,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from oracle.errors import BenchmarkError, InvalidConfigError
 from oracle.units import GIB
+from raytune_primus.pool import sweep_optimum  # the exact optimum on a pool (compare_on_ray); also here by name
 from raytune_primus.trainable import METRIC, MODE, make_trainable, result_from_metrics
 from searchers.base import Candidate, TrialResult, make_searcher
 from searchers.book import TrialBook
@@ -586,46 +587,3 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
         from raytune_primus.plots import compare_curves
         out["plot"] = str(compare_curves(out, plot))
     return out
-
-
-def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:
-    """The exhaustive optimum of ``space`` scored on a ScoringPool, in the shape of
-    :func:`searchers.driver.exhaustive_optimum` (first point wins ties, as there). An evaluator with
-    ``throughput_bound`` (the real oracle) is swept by the same branch and bound, its memory checks and bounds
-    (the bulk of the work) on the pool's actors and its projections, best bound first, too
-    (``searchers.driver.best_by_bound``): the same optimum, candidate count and bound as in-process; else
-    every point is scored."""
-    from searchers.driver import BNB_BATCH, best_by_bound
-
-    t0 = time.perf_counter()
-    points = space.points
-    values = [space.values_of(p) for p in points]  # with each point's derived layout
-    if callable(getattr(pool.evaluator, "throughput_bound", None)):
-        bounds = pool.bounds(values)
-        t1 = time.perf_counter()
-
-        def project(block: list[int]) -> list[float | None]:
-            return [r.value for r in pool.score([values[i] for i in block])]
-
-        # a block per round that keeps every actor busy: the result does not depend on it
-        best, best_i, fitting, projected, top = best_by_bound(bounds, project, max(BNB_BATCH, len(pool.actors)))
-        extra: dict[str, Any] = {
-            "method": "branch-and-bound", "projected": projected, "actors": len(pool.actors),
-            "phase_wall_s": {"memory_and_bounds": t1 - t0, "projections": time.perf_counter() - t1},
-            "upper_bound_tokens_per_s_per_gpu": top}
-    else:
-        results = pool.evaluate(values)
-        best, best_i, fitting = None, None, 0
-        for i, r in enumerate(results):
-            v = r.value
-            if v is None:
-                continue
-            fitting += 1
-            if best is None or v > best:
-                best, best_i = v, i
-        extra = {"method": "sweep"}
-    p = points[best_i] if best_i is not None else None
-    return {"tokens_per_s_per_gpu": best, "space_size": len(points), "scored": fitting,
-            "point": dict(zip(space.axes, p)) if p is not None else None,
-            "config": space.run_of(p).to_dict()["training"] if p is not None else None,
-            "wall_s": time.perf_counter() - t0, **extra}

@@ -59,7 +59,7 @@ def test_memory_prefilter_in_bulk_matches_in_process(cluster, tiny):
 
 def test_sweep_optimum_equals_the_in_process_exhaustive_optimum(cluster, small):
     from raytune_primus.pool import ScoringPool
-    from raytune_primus.tuner import sweep_optimum
+    from raytune_primus.pool import sweep_optimum
     from searchers.driver import exhaustive_optimum
 
     ev = SmallCapEvaluator(cap_bytes=1.58 * 2**30)
@@ -75,7 +75,7 @@ def test_sweep_optimum_runs_the_branch_and_bound_on_the_pool(cluster):
     memory checks and bounds on the actors: the same optimum, point, candidate count and bound, and only
     a few projections; ``ScoringPool.bounds`` gives each candidate's memory verdict and bound as in-process."""
     from raytune_primus.pool import ScoringPool
-    from raytune_primus.tuner import sweep_optimum
+    from raytune_primus.pool import sweep_optimum
     from searchers.driver import _OPTIMA, exhaustive_optimum
     from searchers.evaluator import OracleEvaluator, memory_result
     from searchers.experiment import load_experiment
