@@ -396,13 +396,13 @@ class ScoringPool:
     def _scored(self, method: str, candidates: Sequence[Any], *extra: Any) -> list[TrialResult | None]:
         """``method`` (a packed one: :func:`~raytune_primus.trainable.pack_result`) over every candidate, batched
         by :meth:`plan`: one result (or None) per candidate, in order."""
-        from raytune_primus.trainable import unpack_result
+        from raytune_primus.trainable import unpack_many
 
         order, batches, prefer = self.plan(candidates)
         base = self._base_training
 
         def read(off: int, rows: Sequence[Any]) -> list[TrialResult | None]:  # as each batch comes in
-            return [unpack_result(row, candidates[i], base) for row, i in zip(rows, order[off:off + len(rows)])]
+            return unpack_many(rows, map(candidates.__getitem__, order[off:off + len(rows)]), base)
 
         flat = self._dispatch(lambda a, b: getattr(a, method).remote(list(b), *extra), batches,
                               splittable=True, on_failure=self._failed_dicts, prefer=prefer, depth=self.in_flight,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from oracle.config import RunConfig
@@ -122,6 +122,37 @@ def unpack_result(row: tuple[Any, ...] | Mapping[str, Any] | None, values: Mappi
     return r
 
 
+def unpack_many(rows: Sequence[Any], values: Iterable[Mapping[str, Any]], base_training: Mapping[str, Any]
+                ) -> list[TrialResult | None]:
+    """``[unpack_result(r, v, base_training) for r, v in zip(rows, values)]``, quicker for what the pool's driver
+    receives (a batch of full rows for candidates that share one set of plain keys): the training of such a
+    candidate is ``base_training`` copied and updated with it (:func:`sent_training`'s plain case; the keys
+    checked once per key set) and the result is built by straight-line code (:func:`_straight_line_unpack`);
+    every other row goes through :func:`unpack_result`. ~1.6 instead of ~2.2 us a result."""
+    out: list[TrialResult | None] = []
+    plain_keys: Any = None
+    base = base_training if type(base_training) is dict else dict(base_training)
+    n = len(RESULT_FIELDS)
+    for row, v in zip(rows, values):
+        if row.__class__ is tuple and len(row) == n and type(v) is dict:
+            if row[_TRAINING] is not AS_SENT:
+                out.append(_build_row(row, row[_TRAINING]))
+                continue
+            if plain_keys is not None and v.keys() == plain_keys:
+                t = base.copy()
+                t.update(v)
+                out.append(_build_row(row, t))
+                continue
+            if all(k.__class__ is str and k[:1] != "_" and k != "training" for k in v):
+                plain_keys = v.keys()
+                t = base.copy()
+                t.update(v)
+                out.append(_build_row(row, t))
+                continue
+        out.append(unpack_result(row, v, base_training))
+    return out
+
+
 def sent_training(base_training: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     """``{**base_training, **training_of(values)}``: the training a candidate ``values`` is scored with. A plain
     candidate (str keys, none private, no 'training' section: every bulk candidate) in one copy and one update
@@ -140,6 +171,20 @@ _SETTERS = tuple(slot_setter(TrialResult, f) for f in RESULT_FIELDS)
 what its frozen ``__init__`` sets, past the frozen guard)."""
 
 
+def _straight_line_build() -> Callable[[tuple[Any, ...], Any], TrialResult]:
+    """``build(row, training)``: the TrialResult of a row of every field with ``training`` in its training slot, as
+    straight-line code generated once from the field list (as ``dataclasses`` generates ``__init__``): each slot set
+    without a loop (:func:`unpack_many`)."""
+    env: dict[str, Any] = {"_new": _NEW, "_cls": TrialResult}
+    lines = ["def build(row, training):", "    r = _new(_cls)"]
+    for i, setter in enumerate(_SETTERS):
+        env[f"_s{i}"] = setter
+        lines.append(f"    _s{i}(r, training)" if i == _TRAINING else f"    _s{i}(r, row[{i}])")
+    lines.append("    return r")
+    exec("\n".join(lines), env)  # noqa: S102 (generated from the class's own field names' positions)
+    return env["build"]
+
+
 def _trial_result(row: tuple[Any, ...]) -> TrialResult:
     """``TrialResult(**dict(zip(RESULT_FIELDS, row)))`` for a row of every field, without building the keywords: its
     slots set as its own ``__init__`` sets them (0.7 instead of 1.5 us each)."""
@@ -152,6 +197,7 @@ def _trial_result(row: tuple[Any, ...]) -> TrialResult:
 
 
 assert not hasattr(TrialResult, "__post_init__") and None not in _SETTERS, "_trial_result skips TrialResult.__init__"
+_build_row = _straight_line_build()
 
 
 def training_of(values: Mapping[str, Any]) -> dict[str, Any]:

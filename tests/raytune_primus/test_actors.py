@@ -33,7 +33,8 @@ def test_packed_results_come_back_equal_and_in_order(tiny):
     import pickle
 
     from raytune_primus.actors import Scorer
-    from raytune_primus.trainable import AS_SENT, RESULT_FIELDS, pack_result, result_from_dict, unpack_result
+    from raytune_primus.trainable import (AS_SENT, RESULT_FIELDS, pack_result, result_from_dict, unpack_many,
+                                          unpack_result)
     from searchers.evaluator import OracleEvaluator
     from tests.raytune_primus.conftest import SmallCapEvaluator
 
@@ -47,6 +48,12 @@ def test_packed_results_come_back_equal_and_in_order(tiny):
                                     ("memory", s.memory_batch(cands), s.memory_packed(cands))):
             packed = pickle.loads(pickle.dumps(packed))  # as it crosses to the pool
             assert len(packed) == len(plain) == len(cands)
+            many = unpack_many(packed, cands, base_t)  # the pool's batch reader: the same results, key order, types
+            one = [unpack_result(row, v, base_t) for row, v in zip(packed, cands)]
+            assert many == one and [r is None or r.training is None or list(r.training) for r in many] == [
+                r is None or r.training is None or list(r.training) for r in one]
+            assert [r is None or r.training is None or [type(x) for x in r.training.values()] for r in many] == [
+                r is None or r.training is None or [type(x) for x in r.training.values()] for r in one]
             for d, row, v in zip(plain, packed, cands):
                 got = unpack_result(row, v, base_t)
                 if d is None:
@@ -93,3 +100,37 @@ def test_sent_training_and_fast_results_equal_the_plain_constructions():
     assert fast == slow and all(getattr(fast, f) == getattr(slow, f) for f in RESULT_FIELDS)
     for other in (row[:-1], (*row, 1)):  # the constructor's defaults, the extra value dropped
         assert _trial_result(other) == TrialResult(**dict(zip(RESULT_FIELDS, other)))
+
+
+def test_unpack_many_equals_unpack_result_row_by_row():
+    """The pool's batch reader gives :func:`unpack_result`'s results for every kind of row and candidate a batch can
+    mix: full rows sent AS_SENT or whole, None, result dicts, rows of another length, candidates with plain keys
+    (one key set, then another), private keys, a 'training' section, and a base that is not a dict."""
+    from types import MappingProxyType
+
+    from raytune_primus.trainable import AS_SENT, RESULT_FIELDS, unpack_many, unpack_result
+
+    base = {"tp": 1, "pp": 1, "mbs": 1, "recompute": "none", "fsdp": False}
+    n = len(RESULT_FIELDS)
+    t = RESULT_FIELDS.index("training")
+
+    def row(training, status="ok"):
+        r = [None] * n
+        r[0], r[1], r[t] = status, "k", training
+        return tuple(r)
+
+    pairs = [(row(AS_SENT), {"tp": 2, "mbs": 4}), (row(AS_SENT), {"tp": 8, "mbs": 1}),
+             (row(AS_SENT), {"pp": 2}), (row(AS_SENT), {"tp": 4, "mbs": 2}),
+             (row({**base, "tp": 2}), {"tp": 2, "fsdp": 1}), (None, {"tp": 1}),
+             (row(AS_SENT), {"_seed": 3, "tp": 2}), (row(AS_SENT), {"training": {"pp": 4}, "tp": 9}),
+             ({f: None for f in RESULT_FIELDS} | {"status": "failed", "key": "x"}, {"tp": 3}),
+             (row(AS_SENT)[:-1], {"tp": 2}), (row(None, "illegal"), {"tp": 3}), (row(AS_SENT), {"tp": 2, "mbs": 8})]
+    for b in (base, MappingProxyType(base)):
+        rows, values = zip(*pairs)
+        many = unpack_many(list(rows), iter(values), b)
+        one = [unpack_result(r, v, b) for r, v in pairs]
+        assert many == one
+        assert [None if r is None or r.training is None else list(r.training) for r in many] == [
+            None if r is None or r.training is None else list(r.training) for r in one]
+        assert all(r.training is not b for r in many if r is not None)
+    assert base == {"tp": 1, "pp": 1, "mbs": 1, "recompute": "none", "fsdp": False}
