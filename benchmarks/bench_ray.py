@@ -13,7 +13,8 @@
    per call (on the first 1,200 candidates); one cold pass (caches empty) then --warm-passes warm ones each,
    in evaluations/s (cold, median warm and the warm range) and as a ratio to in-process, with the load
    average after each path and the CPU seconds the pool's actors and the driver used (the work, whatever
-   the load: 2 workers reach 2x on two idle cores only if it does not grow).
+   the load: 2 workers reach 2x on two idle cores only if it does not grow), and the driver's own CPU per
+   candidate: the one driver reads every result however many workers, so that is the pool's ceiling.
 3. The Tune path: a --budget trial search (random searcher) as Ray Tune trials, one at a time, against
    the same search in-process; the fixed cost of a ``tuner.fit()`` (actors, Tune start-up, first trial
    actor) and the steady per-trial wall time, with the ratio per-trial / in-process-per-candidate.
@@ -38,7 +39,8 @@ PER_CALL_POINTS = 1200
 
 
 def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list[tuple]:
-    """(path, cold evals/s, warm evals/s of each warm pass, load, CPU s) per path: the first pass fills the
+    """(path, cold evals/s, warm evals/s of each warm pass, load, CPU s, the driver's CPU s per candidate) per path:
+    the first pass fills the
     oracle's caches (kernel and communication models per shape), the others over the same candidates find
     them warm."""
     import ray
@@ -60,18 +62,18 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
         return rates[0], rates[1:], out
 
     cold, warm, ref = passes(lambda c: score_in_process(ev, exp.space.baseline, c, prefilter=True))
-    rows = [("in-process (1 core)", cold, warm, os.getloadavg()[0], None)]
+    rows = [("in-process (1 core)", cold, warm, os.getloadavg()[0], None, None)]
     for workers, bsz in ((1, batch), (2, batch), (2, 1)):
         with ScoringPool(ev, exp.space.baseline, num_actors=workers, batch_size=bsz, in_flight=in_flight) as pool:
             def cpu() -> float:  # CPU seconds of the actors and this driver: what the work costs, load aside
                 return sum(ray.get([a.cpu_s.remote() for a in pool.actors])) + time.process_time()
             some = cands if bsz > 1 else cands[:PER_CALL_POINTS]  # one call per candidate: its rate, sooner
-            c0 = cpu()
+            c0, d0 = cpu(), time.process_time()
             cold, warm, got = passes(pool.evaluate, some)
-            cpu_s = cpu() - c0
+            cpu_s, driver_s = cpu() - c0, time.process_time() - d0
         assert got == ref[:len(some)], "pool results differ from in-process results"
         rows.append((f"pool, {workers} worker{'s' if workers > 1 else ''}, batch <= {bsz}", cold, warm,
-                     os.getloadavg()[0], cpu_s))
+                     os.getloadavg()[0], cpu_s, driver_s / (len(some) * (1 + max(1, warm_passes)))))
     return rows
 
 
@@ -159,7 +161,7 @@ def main() -> int:
     base = med(rows[0][2])
     print(f"   {'path':<32} {'cold':>9} {'warm':>9} {'(warm range)':>17}   warm vs in-process   load after   "
           f"CPU s (actors + driver)")
-    for name, cold, warm, load, cpu_s in rows:
+    for name, cold, warm, load, cpu_s, _ in rows:
         spread = f"({min(warm):,.0f}-{max(warm):,.0f})"
         print(f"   {name:<32} {cold:9,.0f} {med(warm):9,.0f} {spread:>17}   x{med(warm) / base:<18.2f} {load:<12.1f}"
               f"{'' if cpu_s is None else f'{cpu_s:.2f}'}")
@@ -167,6 +169,10 @@ def main() -> int:
     print(f"   2 workers vs 1 worker (batches): cold x{two[1] / one[1]:.2f}, warm x{med(two[2]) / med(one[2]):.2f} "
           f"(medians; wall-clock rates: meaningful only with two idle cores, see the load); CPU for the same work "
           f"x{two[4] / one[4]:.2f}")
+    per = two[5]  # the one driver reads every result, whatever the cluster: its CPU per candidate caps the pool
+    print(f"   the driver: {1e6 * per:.1f} us of CPU per candidate (planning, Ray's calls, reading results): one driver "
+          f"feeds at most ~{1 / per:,.0f} candidates/s (cold and warm passes), ~{1 / (per * base):.0f} workers at the "
+          f"in-process warm rate")
     if args.budget <= 0:
         return 0
     o = tune_overhead(exp, args.budget)
