@@ -548,8 +548,9 @@ def compare_on_ray(experiment: Any, budget: int = 30, seeds: int | Sequence[int]
 
     The searches run in parallel on pool actors, each with its own ledger; their rows are merged into
     ``ledger_path`` and ``compare`` then replays every run from it (a finished run resumes instantly),
-    so the aggregation is the in-process code's. The optimum comes from :func:`~raytune_primus.pool.sweep_optimum` on the pool, unless
-    ``optimum`` (one computed and cached elsewhere, e.g. by ``compare --suite``) is given.
+    so the aggregation is the in-process code's. The optimum comes from
+    :func:`~raytune_primus.pool.sweep_optimum` on the pool (the in-process branch and bound), unless ``optimum``
+    (one computed and cached elsewhere, e.g. by ``compare --suite``) is given.
     """
     from raytune_primus.pool import ScoringPool
     from searchers import driver
