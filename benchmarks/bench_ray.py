@@ -147,7 +147,8 @@ def main() -> int:
     print(f"embedded Ray up in {time.perf_counter() - t:.1f} s ({os.cpu_count()} cores here, load average "
           f"{os.getloadavg()[0]:.1f} before the run); experiment {exp.name}, {exp.space.size} legal points")
     rows = optimum(exp)
-    print(f"\n1. exhaustive optimum (branch and bound) over the {exp.space.size:,} points, equal on every path; first, on cold caches")
+    print(f"\n1. exhaustive optimum (branch and bound) over the {exp.space.size:,} points, equal on every path; "
+          f"first, on cold caches")
     print(f"   {'path':<32} {'wall s':>7} {'points/s':>10} {'projected':>10}   vs in-process")
     for name, wall, projected in rows:
         print(f"   {name:<32} {wall:7.2f} {exp.space.size / wall:10,.0f} {projected:10,}   x{rows[0][1] / wall:.2f}")
@@ -170,7 +171,8 @@ def main() -> int:
           f"(medians; wall-clock rates: meaningful only with two idle cores, see the load); CPU for the same work "
           f"x{two[4] / one[4]:.2f}")
     per = two[5]  # the one driver reads every result, whatever the cluster: its CPU per candidate caps the pool
-    print(f"   the driver: {1e6 * per:.1f} us of CPU per candidate (planning, Ray's calls, reading results): one driver "
+    print(f"   the driver: {1e6 * per:.1f} us of CPU per candidate (planning, Ray's calls, reading results): "
+          f"one driver "
           f"feeds at most ~{1 / per:,.0f} candidates/s (cold and warm passes), ~{1 / (per * base):.0f} workers at the "
           f"in-process warm rate")
     if args.budget <= 0:
