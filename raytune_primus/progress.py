@@ -8,7 +8,8 @@ its counts through ``stats()``, a function returning ``{'used', 'budget', 'prefi
 
     [18/30] best 5,661 tok/s/GPU (tp=1 pp=4 vpp=1 ...) | trials 16 ok | rejected by pre-filter 2 | 27 s, ETA 18 s
 
-The count ``[18/30]`` is the budget spent (rejections included); ETA is the pace of this session.
+The count ``[18/30]`` is the budget spent (rejections included); ETA is the pace of this session. A restored
+run says what it found done (``| trials 4 ok this session, 12 resumed |``).
 """
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ def _fmt_s(s: float) -> str:
 
 
 def eta_s(elapsed_s: float, used: int, budget: int) -> float:
-    """Seconds left at the average pace so far (inf before the first trial)."""
+    """Seconds left at the average pace so far: 0 once the budget is spent, inf before the first trial."""
+    if budget - used <= 0:
+        return 0.0
     if used <= 0:
         return float("inf")
-    return elapsed_s / used * max(0, budget - used)
+    return elapsed_s / used * (budget - used)
 
 
 class ProgressCallback(Callback):
@@ -74,7 +77,8 @@ class ProgressCallback(Callback):
         best, best_text = self.best, self.best_text
         if st.get("best") is not None and (best is None or st["best"] > best):  # e.g. resumed from the ledger
             best, best_text = float(st["best"]), str(st.get("best_config", ""))
-        return {"used": used, "budget": budget, "trials_done": self.done, "by_status": dict(self.by_status),
+        return {"used": used, "budget": budget, "resumed": self.base_used, "trials_done": self.done,
+                "by_status": dict(self.by_status),
                 "errored": self.errored, "best": best, "best_config": best_text,
                 "prefilter_rejections": int(st.get("prefilter_rejections", 0)),
                 "illegal": int(st.get("illegal", 0)), "elapsed_s": elapsed,
@@ -88,6 +92,8 @@ class ProgressCallback(Callback):
         parts = [f"{n} {k}" for k, n in sorted(s["by_status"].items())]
         if s["errored"]:
             parts.append(f"{s['errored']} errored")
+        if s["resumed"]:  # a restored run: what this session ran, and what it found done
+            parts = [f"{', '.join(parts) or '0'} this session, {s['resumed']} resumed"]
         width = len(str(s["budget"]))
         return (f"[{s['used']:>{width}}/{s['budget']}] {best} | trials {', '.join(parts) or '0'} | "
                 f"rejected by pre-filter {s['prefilter_rejections']} | {_fmt_s(s['elapsed_s'])}, "
