@@ -294,6 +294,47 @@ def test_a_candidate_that_kills_every_actor_is_recorded_failed_with_the_reason(c
     assert len(failures) == 1
 
 
+class Bounded(SmallCapEvaluator):
+    """The synthetic oracle with a provable throughput bound (its value x1.1): swept by branch and bound."""
+
+    def throughput_bound(self, run):
+        return 1.1 * super().score(run).tokens_per_s_per_gpu
+
+
+class PoisonedBound(Bounded):
+    """Kills every process that bounds one particular configuration (its projection is fine)."""
+
+    def __init__(self, key: str, **kw) -> None:
+        super().__init__(**kw)
+        self.key = key
+
+    def throughput_bound(self, run):
+        if run.key() == self.key:
+            os._exit(1)
+        return super().throughput_bound(run)
+
+
+def test_the_pool_branch_and_bound_survives_a_point_that_kills_every_actor_bounding_it(cluster, small, monkeypatch):
+    """A point whose bound kills every actor that computes it is given up on with an infinite bound, so it is
+    projected: the optimum, its point and the candidate count are those of the in-process branch and bound."""
+    from raytune_primus.pool import ScoringPool, sweep_optimum
+    from searchers import driver
+
+    monkeypatch.setattr(driver, "_OPTIMA", {})
+    cap = 1.58 * 2**30
+    ref = driver.exhaustive_optimum(small.space, Bounded(cap_bytes=cap), jobs=1)
+    assert ref["method"] == "branch-and-bound" and ref["upper_bound_tokens_per_s_per_gpu"] is not None
+    best = small.space.run_of(tuple(ref["point"][a] for a in small.space.axes)).key()
+    with ScoringPool(PoisonedBound(best, cap_bytes=cap), small.space.baseline, num_actors=2, batch_size=5,
+                     max_retries=1) as pool:
+        got = sweep_optimum(pool, small.space)
+        failures = list(pool.failures)
+    keys = ("tokens_per_s_per_gpu", "point", "config", "scored", "method")
+    assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
+    assert got["upper_bound_tokens_per_s_per_gpu"] is None  # one candidate has no finite bound
+    assert len(failures) == 1 and "died 2 times" in failures[0]
+
+
 def test_compare_with_an_actor_killed_mid_search_equals_the_uninterrupted_compare(cluster, small, tmp_path,
                                                                                  monkeypatch):
     from raytune_primus.tuner import compare_on_ray
