@@ -14,7 +14,9 @@
    in evaluations/s (cold, median warm and the warm range) and as a ratio to in-process, with the load
    average after each path and the CPU seconds the pool's actors and the driver used (the work, whatever
    the load: 2 workers reach 2x on two idle cores only if it does not grow), and the driver's own CPU per
-   candidate: the one driver reads every result however many workers, so that is the pool's ceiling.
+   candidate: the one driver reads every result however many workers, so that is the pool's ceiling. Then the
+   2-vs-1-worker ratio paired: both pools open at once and their warm passes alternated (ABBA), one ratio per
+   round, so that the box's drift between two separately measured paths does not enter it (--paired-rounds).
 3. The Tune path: a --budget trial search (random searcher) as Ray Tune trials, one at a time, against
    the same search in-process; the fixed cost of a ``tuner.fit()`` (actors, Tune start-up, first trial
    actor) and the steady per-trial wall time, with the ratio per-trial / in-process-per-candidate.
@@ -77,6 +79,32 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
     return rows
 
 
+def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> list[float]:
+    """2-vs-1-worker ratios measured side by side: a 1-worker and a 2-worker pool open at once (their actors take
+    no CPU slot, and an idle one costs ~3 ms of CPU a second), both warmed by one pass, then ``rounds`` rounds of
+    one warm pass on each, in ABBA order (1, 2, then 2, 1, ...) so that a drift of the box's speed cancels within
+    two rounds. One ratio (2-worker rate / 1-worker rate) per round."""
+    from raytune_primus.pool import ScoringPool
+    from searchers.evaluator import OracleEvaluator
+
+    ev = OracleEvaluator("simulate")
+    allp = list(exp.space.iter_values())
+    cands = allp[::max(1, len(allp) // points)][:points]
+    with ScoringPool(ev, exp.space.baseline, num_actors=1, batch_size=batch, in_flight=in_flight) as one, \
+            ScoringPool(ev, exp.space.baseline, num_actors=2, batch_size=batch, in_flight=in_flight) as two:
+        one.evaluate(cands)
+        two.evaluate(cands)
+        ratios = []
+        for r in range(rounds):
+            rate = {}
+            for pool in ((one, two) if r % 2 == 0 else (two, one)):
+                t = time.perf_counter()
+                pool.evaluate(cands)
+                rate[len(pool.actors)] = len(cands) / (time.perf_counter() - t)
+            ratios.append(rate[2] / rate[1])
+    return ratios
+
+
 def optimum(exp) -> list[tuple[str, float, int]]:
     """(path, seconds, points projected) of the exact optimum: in-process, then on pools of 1 and 2 workers."""
     from raytune_primus.pool import ScoringPool
@@ -130,6 +158,8 @@ def main() -> int:
     ap.add_argument("--warm-passes", type=int, default=3)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--budget", type=int, default=30, help="Tune-path trials (0: bulk scoring only)")
+    ap.add_argument("--paired-rounds", type=int, default=8,
+                    help="rounds of the paired 2-vs-1-worker measurement (0: skip it)")
     ap.add_argument("--cpus", type=int, default=None)
     ap.add_argument("--in-flight", type=int, default=None,
                     help="scoring calls queued on each actor at once (default: the pool's, DEFAULT_IN_FLIGHT)")
@@ -175,6 +205,11 @@ def main() -> int:
           f"one driver "
           f"feeds at most ~{1 / per:,.0f} candidates/s (cold and warm passes), ~{1 / (per * base):.0f} workers at the "
           f"in-process warm rate")
+    if args.paired_rounds > 0:
+        ratios = paired(exp, args.points, args.batch, in_flight, args.paired_rounds)
+        print(f"   2 workers vs 1 worker, paired (both pools open, warm passes alternated ABBA, {len(ratios)} rounds): "
+              f"median x{med(ratios):.2f} (x{min(ratios):.2f}-{max(ratios):.2f}; per round "
+              f"{', '.join(f'{r:.2f}' for r in ratios)})")
     if args.budget <= 0:
         return 0
     o = tune_overhead(exp, args.budget)
