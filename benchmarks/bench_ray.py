@@ -59,8 +59,9 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
         rates, out = [], None
         for _ in range(1 + max(1, warm_passes)):
             t = time.perf_counter()
-            out = fn(cands)
+            got = fn(cands)
             rates.append(len(cands) / (time.perf_counter() - t))
+            out = got  # the previous pass's results are freed here, after the clock (~9 ms for 20,000)
         return rates[0], rates[1:], out
 
     cold, warm, ref = passes(lambda c: score_in_process(ev, exp.space.baseline, c, prefilter=True))
@@ -99,8 +100,9 @@ def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> list[fl
             rate = {}
             for pool in ((one, two) if r % 2 == 0 else (two, one)):
                 t = time.perf_counter()
-                pool.evaluate(cands)
+                got = pool.evaluate(cands)
                 rate[len(pool.actors)] = len(cands) / (time.perf_counter() - t)
+                del got  # freed after the clock
             ratios.append(rate[2] / rate[1])
     return ratios
 
