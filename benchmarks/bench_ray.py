@@ -42,9 +42,8 @@ PER_CALL_POINTS = 1200
 
 def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list[tuple]:
     """(path, cold evals/s, warm evals/s of each warm pass, load, CPU s, the driver's CPU s per candidate) per path:
-    the first pass fills the
-    oracle's caches (kernel and communication models per shape), the others over the same candidates find
-    them warm."""
+    the first pass fills the oracle's caches (kernel and communication models per shape), the others over the same
+    candidates find them warm."""
     import ray
 
     from raytune_primus.pool import ScoringPool, score_in_process
@@ -109,8 +108,7 @@ def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> list[fl
 
 def optimum(exp) -> list[tuple[str, float, int]]:
     """(path, seconds, points projected) of the exact optimum: in-process, then on pools of 1 and 2 workers."""
-    from raytune_primus.pool import ScoringPool
-    from raytune_primus.pool import sweep_optimum
+    from raytune_primus.pool import ScoringPool, sweep_optimum
     from searchers.driver import _OPTIMA, exhaustive_optimum
     from searchers.evaluator import OracleEvaluator
 
