@@ -393,24 +393,30 @@ class ScoringPool:
             out.append(result_to_dict(TrialResult(status="failed", key=key, training=training, reason=reason)))
         return out
 
-    def _scored(self, method: str, candidates: Sequence[Any], *extra: Any) -> list[TrialResult | None]:
-        """``method`` (a packed one: :func:`~raytune_primus.trainable.pack_result`) over every candidate, batched
-        by :meth:`plan`: one result (or None) per candidate, in order."""
-        from raytune_primus.trainable import unpack_many
-
+    def _planned(self, method: str, candidates: Sequence[Any], *extra: Any,
+                 on_failure: Callable[[Any, str], list[Any]],
+                 read: Callable[[Sequence[int], Sequence[Any]], list[Any]] | None = None) -> list[Any]:
+        """The actors' ``method`` over every candidate, batched and sharded by :meth:`plan`: one answer per candidate,
+        in input order. ``read(indices, answers)``: applied to each batch's answers (with the input indices of its
+        candidates) as it comes in; ``on_failure(batch, reason)``: the answers of a batch given up on."""
         order, batches, prefer = self.plan(candidates)
-        base = self._base_training
-
-        def read(off: int, rows: Sequence[Any]) -> list[TrialResult | None]:  # as each batch comes in
-            return unpack_many(rows, map(candidates.__getitem__, order[off:off + len(rows)]), base)
-
+        convert = None if read is None else (lambda off, rows: read(order[off:off + len(rows)], rows))
         flat = self._dispatch(lambda a, b: getattr(a, method).remote(list(b), *extra), batches,
-                              splittable=True, on_failure=self._failed_dicts, prefer=prefer, depth=self.in_flight,
-                              convert=read)
-        out: list[TrialResult | None] = [None] * len(candidates)
+                              splittable=True, on_failure=on_failure, prefer=prefer, depth=self.in_flight,
+                              convert=convert)
+        out: list[Any] = [None] * len(candidates)
         for i, r in zip(order, flat):
             out[i] = r
         return out
+
+    def _scored(self, method: str, candidates: Sequence[Any], *extra: Any) -> list[TrialResult | None]:
+        """``method`` (a packed one: :func:`~raytune_primus.trainable.pack_result`) over every candidate
+        (:meth:`_planned`): one result (or None) per candidate, in order, each batch read as it comes in."""
+        from raytune_primus.trainable import unpack_many
+
+        base = self._base_training
+        return self._planned(method, candidates, *extra, on_failure=self._failed_dicts,
+                             read=lambda idx, rows: unpack_many(rows, map(candidates.__getitem__, idx), base))
 
     @functools.cached_property
     def _base_training(self) -> dict[str, Any]:
@@ -445,14 +451,8 @@ class ScoringPool:
         (``math.inf`` where it has none, or where the actors scoring it kept dying: it is then projected, and
         fails there as it would): the first phase of :func:`sweep_optimum`'s branch
         and bound, batched and sharded as :meth:`score` is."""
-        order, batches, prefer = self.plan(list(candidates))
-        flat = self._dispatch(lambda a, b: a.bounds_batch.remote(list(b)), batches, splittable=True,
-                              on_failure=lambda item, reason: [math.inf] * len(item), prefer=prefer,
-                              depth=self.in_flight)
-        out: list[float | None] = [None] * len(order)
-        for i, b in zip(order, flat):
-            out[i] = b
-        return out
+        return self._planned("bounds_batch", list(candidates),
+                             on_failure=lambda batch, reason: [math.inf] * len(batch))
 
     def optimum(self, space: Any) -> tuple[TrialResult | None, int]:
         """(the best scored result over every legal point of ``space``, the points that fit):
