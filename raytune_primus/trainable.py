@@ -130,36 +130,41 @@ def unpack_many(rows: Sequence[Any], values: Iterable[Mapping[str, Any]], base_t
     checked once per key set) and the result is built by straight-line code (:func:`_straight_line_build`);
     every other row goes through :func:`unpack_result`. ~1.6 instead of ~2.2 us a result."""
     out: list[TrialResult | None] = []
-    plain_keys: Any = None
+    plain_keys: Any = None  # the key set of a candidate found plain: another with the same keys is plain too
     base = base_training if type(base_training) is dict else dict(base_training)
     n = len(RESULT_FIELDS)
     for row, v in zip(rows, values):
         if row.__class__ is tuple and len(row) == n and type(v) is dict:
-            if row[_TRAINING] is not AS_SENT:
-                out.append(_build_row(row, row[_TRAINING]))
-                continue
-            if plain_keys is not None and v.keys() == plain_keys:
+            t = row[_TRAINING]
+            if t is AS_SENT:
+                if plain_keys is None or v.keys() != plain_keys:
+                    if not _plain(v):
+                        out.append(unpack_result(row, v, base_training))
+                        continue
+                    plain_keys = v.keys()
                 t = base.copy()
                 t.update(v)
-                out.append(_build_row(row, t))
-                continue
-            if all(k.__class__ is str and k[:1] != "_" and k != "training" for k in v):
-                plain_keys = v.keys()
-                t = base.copy()
-                t.update(v)
-                out.append(_build_row(row, t))
-                continue
-        out.append(unpack_result(row, v, base_training))
+            out.append(_build_row(row, t))
+        else:
+            out.append(unpack_result(row, v, base_training))
     return out
+
+
+def _plain(values: Mapping[str, Any]) -> bool:
+    """A plain candidate: str keys, none private, no 'training' section (every bulk candidate): its training is the
+    base updated with it (:func:`sent_training`)."""
+    for k in values:
+        if k.__class__ is not str or k[:1] == "_" or k == "training":
+            return False
+    return True
 
 
 def sent_training(base_training: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     """``{**base_training, **training_of(values)}``: the training a candidate ``values`` is scored with. A plain
     candidate (str keys, none private, no 'training' section: every bulk candidate) in one copy and one update
     (62 keys: 0.3 instead of 1.6 us; the pool builds one per result it receives)."""
-    for k in values:
-        if k.__class__ is not str or k[:1] == "_" or k == "training":
-            return {**base_training, **training_of(values)}
+    if not _plain(values):
+        return {**base_training, **training_of(values)}
     t = dict(base_training)
     t.update(values)
     return t
