@@ -40,6 +40,13 @@ PER_CALL_POINTS = 1200
 """Candidates of the one-candidate-per-call path (its rate does not depend on how many)."""
 
 
+def candidates(exp, points: int) -> list[dict]:
+    """Up to ``points`` legal points spread over the space, each with its derived pipeline layout (as the space runs
+    it): what section 2 and the paired ratio score."""
+    allp = list(exp.space.iter_values())
+    return allp[::max(1, len(allp) // points)][:points]
+
+
 def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list[tuple]:
     """(path, cold evals/s, warm evals/s of each warm pass, load, CPU s, the driver's CPU s per candidate) per path:
     the first pass fills the oracle's caches (kernel and communication models per shape), the others over the same
@@ -50,9 +57,7 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
     from searchers.evaluator import OracleEvaluator
 
     ev = OracleEvaluator("simulate")
-    allp = list(exp.space.iter_values())  # each point with its derived pipeline layout (as the space runs it)
-    step = max(1, len(allp) // points)
-    cands = allp[::step][:points]
+    cands = candidates(exp, points)
 
     def passes(fn, cands=cands) -> tuple[float, list[float], list]:
         rates, out = [], None
@@ -88,8 +93,7 @@ def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> list[fl
     from searchers.evaluator import OracleEvaluator
 
     ev = OracleEvaluator("simulate")
-    allp = list(exp.space.iter_values())
-    cands = allp[::max(1, len(allp) // points)][:points]
+    cands = candidates(exp, points)
     with ScoringPool(ev, exp.space.baseline, num_actors=1, batch_size=batch, in_flight=in_flight) as one, \
             ScoringPool(ev, exp.space.baseline, num_actors=2, batch_size=batch, in_flight=in_flight) as two:
         one.evaluate(cands)
