@@ -249,17 +249,32 @@ class DiesOnce(SmallCapEvaluator):
         return super().score(run)
 
 
-class Poison(SmallCapEvaluator):
-    """Kills every process that scores one particular configuration."""
+class Bounded(SmallCapEvaluator):
+    """The synthetic oracle with a provable throughput bound (its value x1.1): swept by branch and bound."""
 
-    def __init__(self, key: str, **kw) -> None:
+    def throughput_bound(self, run):
+        return 1.1 * super().score(run).tokens_per_s_per_gpu
+
+
+class Poison(Bounded):
+    """Kills every process that scores (``where='score'``) or bounds (``where='bound'``) one particular
+    configuration; the other step of that configuration is fine."""
+
+    def __init__(self, key: str, where: str = "score", **kw) -> None:
         super().__init__(**kw)
-        self.key = key
+        self.key, self.where = key, where
+
+    def _die_at(self, where: str, run) -> None:
+        if where == self.where and run.key() == self.key:
+            os._exit(1)
 
     def score(self, run):
-        if run.key() == self.key:
-            os._exit(1)
+        self._die_at("score", run)
         return super().score(run)
+
+    def throughput_bound(self, run):
+        self._die_at("bound", run)
+        return super().throughput_bound(run)
 
 
 def test_an_actor_killed_mid_batch_loses_no_candidate(cluster, small, tmp_path):
@@ -294,26 +309,6 @@ def test_a_candidate_that_kills_every_actor_is_recorded_failed_with_the_reason(c
     assert len(failures) == 1
 
 
-class Bounded(SmallCapEvaluator):
-    """The synthetic oracle with a provable throughput bound (its value x1.1): swept by branch and bound."""
-
-    def throughput_bound(self, run):
-        return 1.1 * super().score(run).tokens_per_s_per_gpu
-
-
-class PoisonedBound(Bounded):
-    """Kills every process that bounds one particular configuration (its projection is fine)."""
-
-    def __init__(self, key: str, **kw) -> None:
-        super().__init__(**kw)
-        self.key = key
-
-    def throughput_bound(self, run):
-        if run.key() == self.key:
-            os._exit(1)
-        return super().throughput_bound(run)
-
-
 def test_the_pool_branch_and_bound_survives_a_point_that_kills_every_actor_bounding_it(cluster, small, monkeypatch):
     """A point whose bound kills every actor that computes it is given up on with an infinite bound, so it is
     projected: the optimum, its point and the candidate count are those of the in-process branch and bound."""
@@ -325,7 +320,7 @@ def test_the_pool_branch_and_bound_survives_a_point_that_kills_every_actor_bound
     ref = driver.exhaustive_optimum(small.space, Bounded(cap_bytes=cap), jobs=1)
     assert ref["method"] == "branch-and-bound" and ref["upper_bound_tokens_per_s_per_gpu"] is not None
     best = small.space.run_of(tuple(ref["point"][a] for a in small.space.axes)).key()
-    with ScoringPool(PoisonedBound(best, cap_bytes=cap), small.space.baseline, num_actors=2, batch_size=5,
+    with ScoringPool(Poison(best, "bound", cap_bytes=cap), small.space.baseline, num_actors=2, batch_size=5,
                      max_retries=1) as pool:
         got = sweep_optimum(pool, small.space)
         failures = list(pool.failures)
