@@ -16,7 +16,8 @@
    the load: 2 workers reach 2x on two idle cores only if it does not grow), and the driver's own CPU per
    candidate: the one driver reads every result however many workers, so that is the pool's ceiling. Then the
    2-vs-1-worker ratio paired: both pools open at once and their warm passes alternated (ABBA), one ratio per
-   round, so that the box's drift between two separately measured paths does not enter it (--paired-rounds).
+   round, so that the box's drift between two separately measured paths does not enter it (--paired-rounds), and
+   where each pool's actors waited in those passes (before their first batch, between batches, after their last).
 3. The Tune path: a --budget trial search (random searcher) as Ray Tune trials, one at a time, against
    the same search in-process; the fixed cost of a ``tuner.fit()`` (actors, Tune start-up, first trial
    actor) and the steady per-trial wall time, with the ratio per-trial / in-process-per-candidate.
@@ -84,11 +85,24 @@ def bulk(exp, points: int, batch: int, in_flight: int, warm_passes: int) -> list
     return rows
 
 
-def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> list[float]:
+def idle_ms(t0: float, t1: float, timelines: list[list[tuple[float, float, int]]]) -> tuple[float, float, float]:
+    """Where a pool's actors waited in a pass from ``t0`` to ``t1`` (``time.monotonic()``; ``timelines``: each
+    actor's :meth:`~raytune_primus.actors.Scorer.timeline` of the pass), in ms summed over the actors: before their
+    first batch (the driver planning and sending), between batches (Ray's calls, and the time the driver and Ray's
+    daemons took their core), after their last (the other still working: the tail)."""
+    first = sum(tl[0][0] - t0 for tl in timelines if tl)
+    between = sum(tl[i + 1][0] - tl[i][1] for tl in timelines for i in range(len(tl) - 1))
+    last = sum(t1 - tl[-1][1] for tl in timelines if tl)
+    return 1e3 * first, 1e3 * between, 1e3 * last
+
+
+def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> tuple[list[float], dict[int, list[tuple]]]:
     """2-vs-1-worker ratios measured side by side: a 1-worker and a 2-worker pool open at once (their actors take
     no CPU slot, and an idle one costs ~3 ms of CPU a second), both warmed by one pass, then ``rounds`` rounds of
     one warm pass on each, in ABBA order (1, 2, then 2, 1, ...) so that a drift of the box's speed cancels within
-    two rounds. One ratio (2-worker rate / 1-worker rate) per round."""
+    two rounds. One ratio (2-worker rate / 1-worker rate) per round, and per pool the :func:`idle_ms` of each pass."""
+    import ray
+
     from raytune_primus.pool import ScoringPool
     from searchers.evaluator import OracleEvaluator
 
@@ -98,16 +112,19 @@ def paired(exp, points: int, batch: int, in_flight: int, rounds: int) -> list[fl
             ScoringPool(ev, exp.space.baseline, num_actors=2, batch_size=batch, in_flight=in_flight) as two:
         one.evaluate(cands)
         two.evaluate(cands)
-        ratios = []
+        ratios, idle = [], {1: [], 2: []}
         for r in range(rounds):
             rate = {}
             for pool in ((one, two) if r % 2 == 0 else (two, one)):
-                t = time.perf_counter()
+                ray.get([a.timeline.remote() for a in pool.actors])
+                t, t0 = time.perf_counter(), time.monotonic()
                 got = pool.evaluate(cands)
+                t1 = time.monotonic()
                 rate[len(pool.actors)] = len(cands) / (time.perf_counter() - t)
                 del got  # freed after the clock
+                idle[len(pool.actors)].append(idle_ms(t0, t1, ray.get([a.timeline.remote() for a in pool.actors])))
             ratios.append(rate[2] / rate[1])
-    return ratios
+    return ratios, idle
 
 
 def optimum(exp) -> list[tuple[str, float, int]]:
@@ -210,10 +227,14 @@ def main() -> int:
           f"feeds at most ~{1 / per:,.0f} candidates/s (cold and warm passes), ~{1 / (per * base):.0f} workers at the "
           f"in-process warm rate")
     if args.paired_rounds > 0:
-        ratios = paired(exp, args.points, args.batch, in_flight, args.paired_rounds)
+        ratios, idle = paired(exp, args.points, args.batch, in_flight, args.paired_rounds)
         print(f"   2 workers vs 1 worker, paired (both pools open, warm passes alternated ABBA, {len(ratios)} rounds): "
               f"median x{med(ratios):.2f} (x{min(ratios):.2f}-{max(ratios):.2f}; per round "
               f"{', '.join(f'{r:.2f}' for r in ratios)})")
+        for n, rows in idle.items():
+            first, between, last = (med(x[i] for x in rows) for i in range(3))
+            print(f"     actors waiting, {n} worker{'s' if n > 1 else ''}, ms a pass summed over the actors (medians): "
+                  f"before the first batch {first:.1f}, between batches {between:.1f}, after the last {last:.1f}")
     if args.budget <= 0:
         return 0
     o = tune_overhead(exp, args.budget)

@@ -24,6 +24,7 @@ actors holding a CPU on a 2-CPU cluster starve Tune's trials forever).
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import itertools
 import os
@@ -49,6 +50,10 @@ def _where() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- CPU scorer
+TIMELINE_CALLS = 4096
+"""Batch calls a scorer remembers for :meth:`Scorer.timeline` (two clock reads each)."""
+
+
 class Scorer:
     """Scores candidates of one search against one evaluator (a Ray actor; also usable in-process)."""
 
@@ -57,6 +62,7 @@ class Scorer:
         self.evaluator = evaluator
         self.baseline = baseline
         self.calls = 0
+        self._timeline: collections.deque[tuple[float, float, int]] = collections.deque(maxlen=TIMELINE_CALLS)
 
     def _run(self, values: Mapping[str, Any]) -> tuple[RunConfig | None, str, TrialResult | None]:
         try:
@@ -121,13 +127,26 @@ class Scorer:
     def score_packed(self, batch: Sequence[Mapping[str, Any]], prefilter: bool = False) -> list[tuple | None]:
         """:meth:`score_batch` packed for the wire (:func:`~raytune_primus.trainable.pack_result`): what the
         pool calls."""
-        base = self._base_training
-        return [pack_result(d, v, base) for d, v in zip(self.score_batch(batch, prefilter), batch)]
+        t0, base = time.monotonic(), self._base_training
+        out = [pack_result(d, v, base) for d, v in zip(self.score_batch(batch, prefilter), batch)]
+        self._timeline.append((t0, time.monotonic(), len(batch)))
+        return out
 
     def memory_packed(self, batch: Sequence[Mapping[str, Any]]) -> list[tuple | None]:
         """:meth:`memory_batch` packed for the wire."""
-        base = self._base_training
-        return [pack_result(d, v, base) for d, v in zip(self.memory_batch(batch), batch)]
+        t0, base = time.monotonic(), self._base_training
+        out = [pack_result(d, v, base) for d, v in zip(self.memory_batch(batch), batch)]
+        self._timeline.append((t0, time.monotonic(), len(batch)))
+        return out
+
+    def timeline(self) -> list[tuple[float, float, int]]:
+        """(start s, end s, candidates) of each batch scored (:meth:`score_packed`, :meth:`memory_packed`) since
+        the last read, oldest first (at most :data:`TIMELINE_CALLS`), on ``time.monotonic()``: one clock for every
+        process of a machine, so ``benchmarks/bench_ray.py`` sets them against the driver's to find where actors
+        waited (before their first batch, between batches, after their last)."""
+        out = list(self._timeline)
+        self._timeline.clear()
+        return out
 
     def bounds_batch(self, batch: Sequence[Mapping[str, Any]]) -> list[float | None]:
         """The first phase of a branch-and-bound sweep over a batch (``searchers.driver.memory_and_bounds``): per
