@@ -8,7 +8,8 @@ actor and call it holds), one actor call per batch, ``in_flight`` (2) calls queu
 so that it never waits for the driver between batches. Each candidate has a preferred actor (:func:`shards`:
 deterministic, candidates with the same layer shapes together), so a second pass over the same candidates
 finds that actor's caches warm; an actor with nothing queued and none of its own left takes another's last
-batch (the last batches of each actor are cut in quarters, :func:`tail_chunks`, so the two end together).
+batch (the last batches of each actor are cut in quarters, :func:`tail_chunks`, and the last items of a call
+wait on the driver for the actor that frees first, so the actors end together).
 Results cross back packed (:func:`~raytune_primus.trainable.pack_result`: the training a candidate was sent
 is not sent back) and are read as they arrive, while the actors score the next batches.
 
@@ -209,7 +210,11 @@ class ScoringPool:
         with nothing in flight and none of its own left takes the last queued item of the actor with the most
         left. Without it, items go first come, first served.
         ``depth``: calls queued on an actor at once (an actor runs them in order): at 2 its next batch is
-        already there when one ends, so it never waits for this driver to collect a result and send more.
+        already there when one ends, so it never waits for this driver to collect a result and send more. A call
+        is queued behind another only while this queue holds at least one item per actor: the last items wait
+        here for whichever actor ends its call first (in a 1.4 s 2-worker pass of ``benchmarks/bench_ray.py``, the
+        actors' last batches ended 34 ms apart on average, over twelve passes, while two calls could be left on one;
+        13 ms with this, read from the actors' timelines).
         An item whose actor dies is queued again (whole once, then - ``splittable`` sequences - cut in
         halves; a replacement actor takes over the dead one's items); one that cannot be cut and has seen
         ``max_retries`` + 1 deaths becomes ``on_failure(item, reason)`` (a list of results for a sequence,
@@ -245,7 +250,10 @@ class ScoringPool:
         def fill() -> None:
             for actor in list(self.actors):
                 calls = flight.setdefault(id(actor), collections.deque())
-                while queue and len(calls) < depth and not (calls and running[calls[-1]][2]):  # a suspect: alone
+                # behind a running call only while the queue holds an item for every actor: the last ones go to
+                # the actor that frees first, not behind a call on one whose end nobody knows yet
+                while (queue and len(calls) < depth and not (calls and running[calls[-1]][2])  # a suspect: alone
+                       and not (calls and len(queue) < len(self.actors))):
                     entry = self._take(queue, slot.get(id(actor)), steal=not calls, suspects=not calls)
                     if entry is None:
                         break
@@ -367,7 +375,8 @@ class ScoringPool:
         each actor's :func:`shards` cut into batches of :meth:`batch_for` the whole call, the last ``in_flight``
         batches' worth of each shard in quarter batches (:func:`tail_chunks`): an actor's queue holds at most that
         many at the end, and the actor that ends first takes over the rest of another's in small pieces (batches
-        already on an actor's queue are its own; only those still here can move)."""
+        already on an actor's queue are its own; only those still here can move, and :meth:`_dispatch` keeps the
+        last ones here for the actor that frees first)."""
         size = self.batch_for(len(candidates))
         order: list[int] = []
         batches: list[list[Any]] = []

@@ -106,12 +106,48 @@ def _square(x: int) -> int:
     return x * x
 
 
+def _nap_then_pid(seconds: float) -> int:
+    import os
+    import time
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_the_last_item_waits_for_the_actor_that_frees_first(cluster, tiny):
+    """Behind a running call, an item is queued only while the driver's queue holds one per actor: the last one
+    goes to whichever actor ends first. Actor 0 owns four 1-s items, actor 1 one 0.1-s item; actor 1 ends at once
+    and steals item 3, then at 1.1 s item 2, which actor 0 (two calls queued, then one at 1 s with one item left)
+    would otherwise have run after item 1, ending at 3 s instead of 2."""
+    from raytune_primus.pool import ScoringPool
+    from searchers.testing import SyntheticEvaluator
+
+    with ScoringPool(SyntheticEvaluator(), tiny.space.baseline, num_actors=2) as pool:
+        pids = [w["pid"] for w in pool.placement()]
+        got = pool._dispatch(lambda a, s: a.call.remote(_nap_then_pid, s), [1.0, 1.0, 1.0, 1.0, 0.1],
+                             splittable=False, on_failure=lambda item, why: None, prefer=[0, 0, 0, 0, 1], depth=2)
+    assert got[:2] == [pids[0], pids[0]] and got[4] == pids[1]
+    assert got[3] == pids[1], "stolen from the end of actor 0's queue by idle actor 1"
+    assert got[2] == pids[1], "the last item went behind a running call instead of to the actor that freed first"
+
+
 def test_map_runs_functions_on_the_pool_in_order(cluster, tiny):
     from raytune_primus.pool import ScoringPool
     from searchers.testing import SyntheticEvaluator
 
     with ScoringPool(SyntheticEvaluator(), tiny.space.baseline, num_actors=2) as pool:
         assert pool.map(_square, range(10)) == [x * x for x in range(10)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 700), st.integers(0, 3))
+def test_tail_chunks_cut_the_last_batches_in_quarters(n, size, tail):
+    from raytune_primus.pool import tail_chunks
+    items = list(range(n))
+    parts = tail_chunks(items, size, tail)
+    assert [i for p in parts for i in p] == items and all(0 < len(p) <= size for p in parts)
+    full = max(0, -(-n // size) - tail)
+    assert all(len(p) == size for p in parts[:max(0, full - 1)]), "whole batches first (the last may be short)"
+    assert all(len(p) <= max(1, size // 4) for p in parts[full:]), "the last batches' worth in quarters"
 
 
 def test_shards_keep_candidates_of_one_layer_shape_on_one_actor():
