@@ -159,6 +159,14 @@ def test_token_auth_is_turned_off_only_for_an_embedded_runtime():
     assert "RAY_AUTH_MODE" not in joining and joining["RAY_USAGE_STATS_ENABLED"] == "0"
 
 
+def test_results_of_a_batch_travel_inline_unless_the_user_says_otherwise():
+    from raytune_primus.runtime import INLINE_OBJECT_BYTES
+    for embedded in (True, False):
+        assert ray_environment({}, embedded=embedded)["RAY_max_direct_call_object_size"] == str(INLINE_OBJECT_BYTES)
+    assert ray_environment({"RAY_max_direct_call_object_size": "100"})["RAY_max_direct_call_object_size"] == "100"
+    assert INLINE_OBJECT_BYTES >= 200_000, "a pool batch's results (60-120 KB) fit inline"
+
+
 @pytest.mark.ray
 def test_a_live_cluster_is_joined_through_the_probes(cluster, ray_tmpdir):
     """The bounded join (TCP, then the GCS, then ray.init) joins a real cluster; so does RAY_ADDRESS."""
