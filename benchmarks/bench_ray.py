@@ -219,7 +219,9 @@ def main() -> int:
               f"{'' if cpu_s is None else f'{cpu_s:.2f}'}")
     one, two = rows[1], rows[2]
     print(f"   2 workers vs 1 worker (batches): cold x{two[1] / one[1]:.2f}, warm x{med(two[2]) / med(one[2]):.2f} "
-          f"(medians; wall-clock rates: meaningful only with two idle cores, see the load); CPU for the same work "
+          f"(medians of paths measured tens of seconds apart, so the box's drift enters: the paired ratio below is the "
+          f"measure of issue 27's x1.8; wall-clock rates: meaningful only with two idle cores, see the load); CPU for "
+          f"the same work "
           f"x{two[4] / one[4]:.2f}")
     per = two[5]  # the one driver reads every result, whatever the cluster: its CPU per candidate caps the pool
     print(f"   the driver: {1e6 * per:.1f} us of CPU per candidate (planning, Ray's calls, reading results): "
