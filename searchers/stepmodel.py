@@ -15,8 +15,8 @@ compute       the work per GPU is fixed by GBS and the GPU count: the measured c
               with the same number format (else the format's peak ratio on the part, :data:`GEMM_SHARE` of it)
 recompute     compute x the measured share of that recompute mode (prior :data:`RECOMPUTE_PRIOR`)
 bubble        (pp - 1) / (m x vpp) x the stage time (compute, recompute, host stalls, exposed tp/cp/ep) x the
-              measured factor of that schedule (prior
-              :data:`BUBBLE_PRIOR`)
+              measured factor of that schedule (prior :data:`BUBBLE_PRIOR`; another schedule's factor carried
+              by the ratio of the priors, except from a zero-bubble schedule to a 1F1B one: the prior)
 host stalls   per layer pass (m x L/pp, twice with full recompute), as measured at the nearest point with the
               same dispatcher settings
 tp / cp       (tp - 1) and tp x (cp - 1) activation volumes over the group's links
@@ -433,7 +433,10 @@ class StepModel:
             out[kind] = self._comm(kind, codes, f, mf, busy, block)
         # bubble: (pp - 1) / (m vpp) of a micro-batch's stage time (compute, recompute, host stalls and the exposed
         # collectives inside the layers), by the factor measured at the nearest pipelined point (same schedule
-        # first; another schedule's factor is carried by the ratio of the two priors)
+        # first; another schedule's factor is carried by the ratio of the two priors, but a zero-bubble schedule's
+        # is not carried to a 1F1B-family one: it says how much of the bubble the deferred weight gradients filled,
+        # which a 1F1B schedule does not do, so such a point gets its prior (a ZBV point that filled little, factor
+        # 0.87 against its prior 0.3 with MoE host stalls in the stage, gave interleaving a factor of 2.9))
         stage = busy + out["host_sync_s"] + sum(out[k] for k in STAGE_COMM)
         sched = f["pp_schedule"]
         prior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in sched])
@@ -448,7 +451,10 @@ class StepModel:
             ref = self._nearest(codes, (("pp_schedule",), ("pp", "vpp", "mbs")), piped,
                                 cache=block and (block, "bubble_s"))
             rprior = np.array([BUBBLE_PRIOR.get(x, 1.0) for x in mf["pp_schedule"]])[ref]
-            factor = mfactor[ref] * np.where(sched == mf["pp_schedule"][ref], 1.0, prior / rprior)
+            filled = prior < 1.0  # a zero-bubble schedule (:data:`BUBBLE_PRIOR`)
+            rfilled = rprior < 1.0
+            factor = np.where(sched == mf["pp_schedule"][ref], mfactor[ref],
+                              np.where(rfilled & ~filled, prior, mfactor[ref] * prior / rprior))
         out["bubble_s"] = np.where(f["pp"] > 1, factor * (f["pp"] - 1) / (f["micro"] * f["vpp"]) * stage, 0.0)
         out["total"] = sum(out.values())
         return out

@@ -47,6 +47,38 @@ def test_step_model_reproduces_the_point_it_was_calibrated_on(tiny_oracle):
     assert t.shape == (sp.size,) and np.all(np.isfinite(t)) and np.all(t > 0)
 
 
+def _bubbles(sp, ev, measured: str, scale: float) -> dict[str, float]:
+    """Predicted bubble (s) at one pp=2 layout under each schedule, from a model that measured that layout under
+    ``measured`` only, its bubble scaled by ``scale``."""
+    pts = [p for p in sp.iter_points() if p["pp"] == 2 and p["vpp"] == 1]
+    at = next(p for p in pts if p["pp_schedule"] == measured)
+    run, _ = sp.validate(at)
+    bd = dict(score_result(ev, run, run.key()).breakdown)
+    assert bd["bubble_s"] > 0
+    bd["bubble_s"] *= scale
+    model = StepModel(sp)
+    model.observe(at, bd)
+    out = {}
+    for sched in ("1f1b", "zero_bubble"):
+        twin = next(p for p in pts if p["pp_schedule"] == sched and all(
+            p[k] == v for k, v in at.items() if k != "pp_schedule"))
+        out[sched] = float(model.predict(model.encode(twin)[None, :])["bubble_s"][0])
+    return out
+
+
+def test_a_zero_bubble_schedules_factor_is_not_carried_to_1f1b(tiny_oracle):
+    """A zero-bubble schedule's measured bubble says how much of it the deferred weight gradients filled, which 1F1B
+    does not do: the 1F1B prediction stays at its prior whatever that measurement; a 1F1B measurement (the stage's
+    imbalance) carries to zero-bubble by the ratio of the priors."""
+    exp, ev = tiny_oracle
+    lo, hi = _bubbles(exp.space, ev, "zero_bubble", 1.0), _bubbles(exp.space, ev, "zero_bubble", 3.0)
+    assert hi["zero_bubble"] == pytest.approx(3 * lo["zero_bubble"], rel=1e-9)
+    assert hi["1f1b"] == pytest.approx(lo["1f1b"], rel=1e-9), "a zero-bubble factor was carried to 1F1B"
+    lo, hi = _bubbles(exp.space, ev, "1f1b", 1.0), _bubbles(exp.space, ev, "1f1b", 2.0)
+    assert hi["1f1b"] == pytest.approx(2 * lo["1f1b"], rel=1e-9)
+    assert hi["zero_bubble"] == pytest.approx(2 * lo["zero_bubble"], rel=1e-9), "1F1B's factor carries to zero-bubble"
+
+
 def test_guided_is_the_default_offline_proposer_and_is_deterministic(tiny_oracle):
     exp, ev = tiny_oracle
     a = driver.run_search(exp, "seed_llm", 12, 0, evaluator=ev)
