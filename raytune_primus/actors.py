@@ -127,15 +127,19 @@ class Scorer:
     def score_packed(self, batch: Sequence[Mapping[str, Any]], prefilter: bool = False) -> list[tuple | None]:
         """:meth:`score_batch` packed for the wire (:func:`~raytune_primus.trainable.pack_result`): what the
         pool calls."""
-        t0, base = time.monotonic(), self._base_training
-        out = [pack_result(d, v, base) for d, v in zip(self.score_batch(batch, prefilter), batch)]
-        self._timeline.append((t0, time.monotonic(), len(batch)))
-        return out
+        t0 = time.monotonic()
+        return self._packed(t0, self.score_batch(batch, prefilter), batch)
 
     def memory_packed(self, batch: Sequence[Mapping[str, Any]]) -> list[tuple | None]:
         """:meth:`memory_batch` packed for the wire."""
-        t0, base = time.monotonic(), self._base_training
-        out = [pack_result(d, v, base) for d, v in zip(self.memory_batch(batch), batch)]
+        t0 = time.monotonic()
+        return self._packed(t0, self.memory_batch(batch), batch)
+
+    def _packed(self, t0: float, dicts: Sequence[Mapping[str, Any] | None], batch: Sequence[Mapping[str, Any]]
+                ) -> list[tuple | None]:
+        """A batch's result dicts packed for the wire, the batch's start (``t0``) and end kept for :meth:`timeline`."""
+        base = self._base_training
+        out = [pack_result(d, v, base) for d, v in zip(dicts, batch)]
         self._timeline.append((t0, time.monotonic(), len(batch)))
         return out
 

@@ -510,7 +510,7 @@ def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:
     (the bulk of the work) on the pool's actors and its projections, best bound first, too
     (``searchers.driver.best_by_bound``): the same optimum, candidate count and bound as in-process; else
     every point is scored."""
-    from searchers.driver import BNB_BATCH, best_by_bound
+    from searchers.driver import BNB_BATCH, best_by_bound, optimum_record
 
     t0 = time.perf_counter()
     points = space.points
@@ -539,8 +539,5 @@ def sweep_optimum(pool: Any, space: Any) -> dict[str, Any]:
             if best is None or v > best:
                 best, best_i = v, i
         extra = {"method": "sweep"}
-    p = points[best_i] if best_i is not None else None
-    return {"tokens_per_s_per_gpu": best, "space_size": len(points), "scored": fitting,
-            "point": dict(zip(space.axes, p)) if p is not None else None,
-            "config": space.run_of(p).to_dict()["training"] if p is not None else None,
-            "wall_s": time.perf_counter() - t0, **extra}
+    return optimum_record(space, best, points[best_i] if best_i is not None else None, fitting,
+                          time.perf_counter() - t0, extra)

@@ -329,6 +329,16 @@ def _costly_schedules() -> frozenset[str]:
     return frozenset(n for n, spec in SCHEDULES.items() if spec.cost_aware)
 
 
+def optimum_record(space: SearchSpace, best: float | None, point: tuple | None, scored: int, wall_s: float,
+                   extra: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`exhaustive_optimum` returns (and ``raytune_primus.pool.sweep_optimum``, the same on a Ray pool):
+    the best value, its point (axis -> value) and training section, the space's size, the points that fit."""
+    return {"tokens_per_s_per_gpu": best, "space_size": len(space.points), "scored": scored,
+            "point": dict(zip(space.axes, point)) if point is not None else None,
+            "config": space.run_of(point).to_dict()["training"] if point is not None else None,
+            "wall_s": wall_s, **extra}
+
+
 def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int | None = 0,
                        cache_dir: str | Path | None = None) -> dict[str, Any]:
     """Best memory-legal point of ``space`` by scoring every point (memory first, then throughput).
@@ -384,10 +394,7 @@ def exhaustive_optimum(space: SearchSpace, evaluator: Evaluator, *, jobs: int | 
         fitting += f
         if b is not None and (best is None or b > best or (b == best and order.index(p) < order.index(best_p))):
             best, best_p = b, p
-    out = {"tokens_per_s_per_gpu": best, "space_size": len(points), "scored": fitting,
-           "point": dict(zip(space.axes, best_p)) if best_p is not None else None,
-           "config": space.run_of(best_p).to_dict()["training"] if best_p is not None else None,
-           "wall_s": time.perf_counter() - t0, **extra}
+    out = optimum_record(space, best, best_p, fitting, time.perf_counter() - t0, extra)
     _OPTIMA[memo_key] = out
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
